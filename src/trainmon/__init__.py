@@ -1,0 +1,27 @@
+"""trainmon: observable deep-learning training that never slows the training loop.
+
+``import trainmon`` imports none of torch, tensorboard, wandb or prometheus_client; each backend
+imports its SDK only when it is enabled.
+"""
+
+from trainmon.config import TrainmonConfig, load_config
+from trainmon.errors import ConfigError, MissingExtraError, TrainmonError
+from trainmon.events import StepScalars
+from trainmon.journal import read_journal
+from trainmon.monitor import Monitor
+from trainmon.version import __version__
+from trainmon.writers.base import NullWriter, Writer
+
+__all__ = [
+    "ConfigError",
+    "MissingExtraError",
+    "Monitor",
+    "NullWriter",
+    "StepScalars",
+    "TrainmonConfig",
+    "TrainmonError",
+    "Writer",
+    "__version__",
+    "load_config",
+    "read_journal",
+]

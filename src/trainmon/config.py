@@ -1,0 +1,325 @@
+"""Typed monitoring config that accepts a DeepSpeed config as-is.
+
+Keys trainmon does not own (``optimizer``, ``zero_optimization``, ``fp16``, ...) are kept in
+:attr:`TrainmonConfig.raw` and ignored. Inside the sections trainmon owns, every key is
+checked: an unknown key or a wrong type is a :class:`~trainmon.errors.ConfigError` that names
+the full key path, the value, the expected type and the closest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from trainmon.errors import ConfigError
+
+DEFAULT_JOB_NAME = "DeepSpeedJobName"
+
+
+def _doc(text: str, **kwargs: Any) -> Any:
+    """A dataclass field carrying its one-line documentation (used for the README table)."""
+    return field(metadata={"doc": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class OutputSection:
+    """Shape shared by DeepSpeed's ``tensorboard`` / ``csv_monitor`` and trainmon's ``jsonl``."""
+
+    enabled: bool = _doc("Turn this writer on.", default=False)
+    output_path: str = _doc(
+        'Base folder; "" means the current directory (DeepSpeed\'s default).', default=""
+    )
+    job_name: str = _doc(
+        "Sub-folder of output_path for this run (DeepSpeed's default).", default=DEFAULT_JOB_NAME
+    )
+
+    def run_dir(self) -> Path:
+        """``<output_path>/<job_name>``, as DeepSpeed lays it out."""
+        return Path(self.output_path or ".") / self.job_name
+
+
+@dataclass(frozen=True)
+class TensorBoardConfig(OutputSection):
+    """TensorBoard event files in ``<output_path>/<job_name>/``."""
+
+
+@dataclass(frozen=True)
+class CsvMonitorConfig(OutputSection):
+    """One CSV per metric in ``<output_path>/<job_name>/``, DeepSpeed's ``csv_monitor`` layout."""
+
+
+@dataclass(frozen=True)
+class JsonlConfig(OutputSection):
+    """Append-only journal ``<output_path>/<job_name>/metrics.jsonl`` (trainmon's own section)."""
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """One readable line every ``steps_per_print`` steps, on the writing rank."""
+
+    enabled: bool = _doc("Print progress lines.", default=True)
+    stream: Literal["stdout", "stderr"] = _doc("Where the lines go.", default="stdout")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """Weights & Biases run settings (DeepSpeed's keys)."""
+
+    enabled: bool = _doc("Turn the W&B writer on.", default=False)
+    project: str = _doc("W&B project.", default="deepspeed")
+    group: str | None = _doc("W&B group.", default=None)
+    team: str | None = _doc("W&B team (entity).", default=None)
+
+
+@dataclass(frozen=True)
+class CometConfig:
+    """Comet experiment settings (DeepSpeed's keys)."""
+
+    enabled: bool = _doc("Turn the Comet writer on.", default=False)
+    samples_log_interval: int = _doc("Log every N samples.", default=100)
+    project: str | None = _doc("Comet project.", default=None)
+    workspace: str | None = _doc("Comet workspace.", default=None)
+    api_key: str | None = _doc("Comet API key.", default=None)
+    experiment_name: str | None = _doc("Experiment name.", default=None)
+    experiment_key: str | None = _doc("Experiment key.", default=None)
+    online: bool | None = _doc("Online or offline experiment.", default=None)
+    mode: str | None = _doc("Comet start mode.", default=None)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How the background pipeline queues and flushes (key ``trainmon``)."""
+
+    queue_size: int = _doc("Most events waiting for the background thread.", default=200_000)
+    when_full: Literal["wait", "drop"] = _doc(
+        'Queue full: "wait" up to full_wait_s then drop with a warning, or "drop" at once; '
+        "drops are counted in trainmon/dropped_events.",
+        default="wait",
+    )
+    full_wait_s: float = _doc("Longest wait for queue space before dropping.", default=1.0)
+    flush_interval_s: float = _doc(
+        "Writers push to disk at least this often; a kill -9 loses at most this much.",
+        default=1.0,
+    )
+
+
+@dataclass(frozen=True)
+class TrainmonConfig:
+    """The monitoring part of a DeepSpeed-style config, validated; ``raw`` keeps the whole dict."""
+
+    steps_per_print: int = _doc("Console line every N steps (DeepSpeed's default).", default=10)
+    wall_clock_breakdown: bool = _doc(
+        "Report forward/backward/optimizer/communication time.", default=False
+    )
+    tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
+    csv_monitor: CsvMonitorConfig = field(default_factory=CsvMonitorConfig)
+    jsonl: JsonlConfig = field(default_factory=JsonlConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    comet: CometConfig = field(default_factory=CometConfig)
+    trainmon: PipelineConfig = field(default_factory=PipelineConfig)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+ConfigSource = TrainmonConfig | Mapping[str, Any] | str | os.PathLike[str] | None
+
+_SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(TrainmonConfig)
+    if f.default_factory is not dataclasses.MISSING and f.name != "raw"
+}
+_TOP_LEVEL = [f.name for f in dataclasses.fields(TrainmonConfig) if f.name not in _SECTIONS]
+
+
+def load_config(source: ConfigSource = None) -> TrainmonConfig:
+    """Build a :class:`TrainmonConfig` from a dict, a JSON/YAML file path, a config, or None."""
+    if source is None:
+        return TrainmonConfig()
+    if isinstance(source, TrainmonConfig):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return _from_mapping(_read_file(Path(source)), origin=str(source))
+    if isinstance(source, Mapping):
+        return _from_mapping(source, origin="config")
+    raise ConfigError(
+        f"config must be a dict, a path to a JSON or YAML file, or a TrainmonConfig; "
+        f"got {type(source).__name__}"
+    )
+
+
+def _read_file(path: Path) -> Mapping[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # the parser's own message says where
+        raise ConfigError(f"config file {str(path)!r} could not be parsed: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config file {str(path)!r} must hold a mapping at the top level, "
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:
+    kwargs: dict[str, Any] = {}
+    for key in _TOP_LEVEL:
+        if key in data:
+            kwargs[key] = _convert(data[key], _field_type(TrainmonConfig, key), key, origin)
+    for key, section_type in _SECTIONS.items():
+        if key in data:
+            kwargs[key] = _build_section(section_type, data[key], key, origin)
+    if kwargs.get("steps_per_print", 1) < 1:
+        raise ConfigError(
+            f"{origin}: 'steps_per_print' = {data['steps_per_print']!r}: expected an integer >= 1"
+        )
+    config = TrainmonConfig(raw=dict(data), **kwargs)
+    _check_semantics(config, origin)
+    return config
+
+
+def _build_section(section_type: type, value: Any, path: str, origin: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{origin}: {path!r} = {value!r}: expected a mapping of settings "
+            f"(keys: {', '.join(_field_names(section_type))})"
+        )
+    names = _field_names(section_type)
+    kwargs = {}
+    for key, item in value.items():
+        full = f"{path}.{key}"
+        if key not in names:
+            hint = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+            suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+            raise ConfigError(
+                f"{origin}: unknown key {full!r}; {suggestion}valid keys of {path!r}: "
+                f"{', '.join(names)}"
+            )
+        kwargs[key] = _convert(item, _field_type(section_type, key), full, origin)
+    return section_type(**kwargs)
+
+
+def _check_semantics(config: TrainmonConfig, origin: str) -> None:
+    for key in ("tensorboard", "csv_monitor", "jsonl"):
+        section: OutputSection = getattr(config, key)
+        _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
+        _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
+    pipeline = config.trainmon
+    for name in ("queue_size",):
+        if getattr(pipeline, name) < 1:
+            raise ConfigError(f"{origin}: 'trainmon.{name}' must be >= 1")
+    for name in ("full_wait_s", "flush_interval_s"):
+        value = getattr(pipeline, name)
+        if not value >= 0 or value == float("inf"):
+            raise ConfigError(
+                f"{origin}: 'trainmon.{name}' = {value!r}: expected a finite number of seconds >= 0"
+            )
+
+
+def _check_path_part(value: str, path: str, origin: str, *, relative: bool) -> None:
+    """Refuse paths that could make a writer write somewhere other than where the user pointed it."""
+    if "\x00" in value:
+        raise ConfigError(f"{origin}: {path!r} = {value!r} contains a NUL character")
+    if not relative:
+        return
+    parts = PurePosixPath(value.replace("\\", "/")).parts
+    if not value or value.startswith(("/", "\\")) or ".." in parts or ":" in value[:2]:
+        raise ConfigError(
+            f"{origin}: {path!r} = {value!r}: expected a non-empty relative folder name "
+            f"without '..' (it is placed inside output_path)"
+        )
+
+
+def _field_names(section_type: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(section_type)]
+
+
+def _field_type(owner: type, name: str) -> Any:
+    return typing.get_type_hints(owner)[name]
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
+
+
+def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are."""
+    kind = typing.get_origin(tp)
+    ok = False
+    if kind is Literal:
+        choices = typing.get_args(tp)
+        if value in choices and isinstance(value, str):
+            return value
+        hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}{extra}")
+    if kind in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _convert(value, option, path, origin)
+            except ConfigError:
+                continue
+    elif tp is type(None):
+        ok = value is None
+    elif tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+    elif tp is str:
+        ok = isinstance(value, str)
+    if ok:
+        return value
+    raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}")
+
+
+def reference_rows() -> list[tuple[str, str, str, str]]:
+    """(key, type, default, doc) for every key trainmon reads; drives the README's table."""
+    rows = []
+    for f in dataclasses.fields(TrainmonConfig):
+        if f.name == "raw":
+            continue
+        if f.name in _SECTIONS:
+            section = _SECTIONS[f.name]
+            for sf in dataclasses.fields(section):
+                rows.append(
+                    (
+                        f"{f.name}.{sf.name}",
+                        _describe(_field_type(section, sf.name)),
+                        repr(sf.default),
+                        sf.metadata.get("doc", ""),
+                    )
+                )
+        else:
+            rows.append(
+                (f.name, _describe(_field_type(TrainmonConfig, f.name)), repr(f.default),
+                 f.metadata.get("doc", ""))
+            )
+    return rows

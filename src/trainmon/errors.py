@@ -1,0 +1,23 @@
+"""Exceptions users can catch by name, each carrying enough context to act on."""
+
+from __future__ import annotations
+
+
+class TrainmonError(Exception):
+    """Base class of every error trainmon raises on purpose."""
+
+
+class ConfigError(TrainmonError, ValueError):
+    """A config key or value is wrong; the message names the key path, the value and the fix."""
+
+
+class MissingExtraError(TrainmonError, ImportError):
+    """An optional backend's package is not installed; the message names the pip command."""
+
+    def __init__(self, package: str, extra: str, feature: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the '{package}' package, which is not installed. "
+            f'Install it with: pip install "trainmon[{extra}]"'
+        )

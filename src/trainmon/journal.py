@@ -1,0 +1,89 @@
+"""The JSONL journal: schema, encoding and a crash-tolerant reader.
+
+Schema version 1, one JSON object per line, append-only:
+
+* ``{"v": 1, "kind": "meta", "time": <unix s>, "job": str, "rank": int, "world_size": int,
+  "pid": int, "host": str, "trainmon": str}`` — written each time a writer opens the file
+  (a restarted run appends a new one).
+* ``{"v": 1, "kind": "scalars", "step": int, "time": <unix s>, "values": {name: number}}`` —
+  every value logged for one step. Non-finite numbers are the strings ``"NaN"``,
+  ``"Infinity"`` and ``"-Infinity"`` so the file stays valid JSON and NaN stays distinct
+  from a missing value.
+
+Readers must skip kinds they do not know; later versions only add kinds and keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+SCHEMA_VERSION = 1
+JOURNAL_FILE = "metrics.jsonl"
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_OPTIONS = orjson.OPT_APPEND_NEWLINE
+
+
+def _non_finite_name(value: float) -> str:
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def encode_values(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``values`` with NaN/±Inf replaced by their string names (a copy only when needed)."""
+    for value in values.values():
+        if value - value != 0:  # NaN or ±Inf; 0 for every finite int or float
+            return {k: (_non_finite_name(v) if v - v != 0 else v) for k, v in values.items()}
+    return values
+
+
+def encode_line(obj: Mapping[str, Any]) -> bytes:
+    """One journal line; ints beyond 64 bits fall back to the standard library encoder."""
+    try:
+        return orjson.dumps(obj, option=_OPTIONS)
+    except orjson.JSONEncodeError:
+        return (json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def decode_value(value: Any) -> Any:
+    """The number a journal value stands for (turns ``"NaN"`` back into ``nan``)."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    return value
+
+
+def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yield each record of a journal, decoding non-finite values.
+
+    A last line cut short by a killed process is skipped; a bad line elsewhere raises
+    ``ValueError`` naming the file and line number.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / JOURNAL_FILE
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    last = len(lines) - 1
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if number == last:  # no trailing newline: the writer was killed mid-line
+                return
+            raise ValueError(f"{path}:{number + 1}: not a JSON object: {exc}") from exc
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{number + 1}: expected a JSON object")
+        values = record.get("values")
+        if isinstance(values, dict):
+            record["values"] = {k: decode_value(v) for k, v in values.items()}
+        yield record

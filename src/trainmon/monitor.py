@@ -1,0 +1,216 @@
+"""``Monitor``: the object users hold. It only checks and enqueues; the pipeline does the rest."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from types import FrameType, TracebackType
+from typing import Any
+
+from trainmon.config import ConfigSource, load_config
+from trainmon.distributed import ProcessPlace, discover, writes_on
+from trainmon.logging import get_logger
+from trainmon.pipeline import Item, Pipeline
+from trainmon.values import PLAIN_TYPES, check_value
+from trainmon.writers import build_writers
+from trainmon.writers.base import Writer, WriterGroup
+
+_log = get_logger("monitor")
+_MAX_CACHED_NAMES = 100_000
+
+
+class Monitor:
+    """Collects scalars from the training loop and writes them in the background.
+
+    ``write_events`` takes DeepSpeed's ``[(name, value), ...]`` and ``[(name, value, step), ...]``;
+    two-element tuples use :attr:`step`. Only rank 0 writes by default (decided once, here);
+    other ranks queue nothing to any file. Values may be Python numbers, numpy scalars or
+    single-element tensors on any device: tensors are read in the background, never here.
+    """
+
+    def __init__(
+        self,
+        config: ConfigSource = None,
+        *,
+        place: ProcessPlace | None = None,
+        writers: Sequence[Writer] | None = None,
+    ) -> None:
+        self.config = load_config(config)
+        self.place = place or discover()
+        if writers is None:
+            writers = build_writers(self.config, self.place) if writes_on(self.place) else []
+        self._pipeline = Pipeline(WriterGroup(writers), self.config.trainmon)
+        self._step = 0
+        self._names: set[str] = set()
+        self._warned_none: set[str] = set()
+        self._closed = False
+        _register(self)
+
+    # ---- the hot path ----------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The step that ``(name, value)`` events and ``log(...)`` without a step are recorded at."""
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        if type(value) is not int:
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
+                raise TypeError(f"Monitor.step = {value!r}: expected an integer")
+            value = value.__index__()
+        self._step = value
+
+    def write_events(self, events: Iterable[Item]) -> None:
+        """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once."""
+        items = events if type(events) is tuple else tuple(events)
+        names = self._names
+        try:
+            for item in items:
+                if (
+                    item[0] not in names
+                    or type(item[1]) not in PLAIN_TYPES
+                    or (len(item) != 2 and (len(item) != 3 or type(item[2]) is not int))
+                ):
+                    break
+            else:
+                if items:
+                    self._pipeline.put((time.time(), self._step, items, False), len(items))
+                return
+        except (TypeError, IndexError, KeyError):
+            pass
+        checked = self._check_slowly(items)
+        if checked:
+            self._pipeline.put((time.time(), self._step, checked, True), len(checked))
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Record a ``{name: value}`` mapping at ``step`` (default: :attr:`step`)."""
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"Monitor.log: expected a mapping of name to value, got {metrics!r}")
+        if step is None:
+            self.write_events(tuple(metrics.items()))
+        else:
+            self._check_step(step, "log(step=...)")
+            self.write_events(tuple((name, value, step) for name, value in metrics.items()))
+
+    # ---- checks off the fast path ----------------------------------------------------------
+
+    def _check_slowly(self, items: Sequence[Any]) -> list[Item]:
+        """Full check with messages that name the metric; drops ``None`` values with a notice."""
+        kept: list[Item] = []
+        for item in items:
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                raise TypeError(
+                    f"write_events: each event must be a (name, value) or (name, value, step) "
+                    f"tuple, got {item!r}"
+                )
+            name = item[0]
+            self._check_name(name)
+            if len(item) == 3 and item[2] is not None:
+                self._check_step(item[2], f"metric {name!r}")
+            if not check_value(name, item[1]):
+                if name not in self._warned_none:
+                    self._warned_none.add(name)
+                    _log.info("metric %r has no value yet (None); skipped until it has one", name)
+                continue
+            kept.append(item)
+        return kept
+
+    def _check_name(self, name: Any) -> None:
+        if type(name) is not str:
+            raise TypeError(f"metric name {name!r}: expected a non-empty string")
+        if not name:
+            raise ValueError("metric name is empty: expected a non-empty string such as 'train/loss'")
+        if len(self._names) < _MAX_CACHED_NAMES:
+            self._names.add(name)
+
+    @staticmethod
+    def _check_step(step: Any, where: str) -> None:
+        if isinstance(step, bool) or not hasattr(step, "__index__"):
+            raise TypeError(f"{where}: step {step!r} is not an integer")
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def writers(self) -> list[Writer]:
+        """The writers this process writes to (empty on ranks that do not write)."""
+        return list(self._pipeline.writers.writers)
+
+    @property
+    def enabled(self) -> bool:
+        """True when this process writes anywhere (DeepSpeed's ``monitor.enabled``)."""
+        return bool(self._pipeline.writers.writers)
+
+    @property
+    def dropped_events(self) -> int:
+        """Events dropped because the queue was full (also the ``trainmon/dropped_events`` metric)."""
+        return self._pipeline.dropped
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Return once every earlier event is written and flushed by every writer."""
+        return self._pipeline.flush(timeout)
+
+    def close(self) -> None:
+        """Write out everything and close the writers; safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pipeline.close()
+        _live.discard(self)
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kinds = ",".join(w.kind for w in self.writers) or "none"
+        return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
+
+
+# ---- process exit: atexit and SIGTERM flush everything ---------------------------------------
+
+_live: weakref.WeakSet[Monitor] = weakref.WeakSet()
+_hooks_installed = False
+
+
+def close_all() -> None:
+    """Close every open monitor (run at interpreter exit and on SIGTERM)."""
+    for monitor in list(_live):
+        try:
+            monitor.close()
+        except Exception:
+            _log.warning("closing %r failed", monitor, exc_info=True)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    close_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _register(monitor: Monitor) -> None:
+    global _hooks_installed
+    _live.add(monitor)
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(close_all)
+    # Only take SIGTERM when nobody else has: a user's or a framework's handler wins.
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass

@@ -1,0 +1,220 @@
+"""Bounded queue plus one background thread: the only place where formatting and I/O happen.
+
+The training thread appends ``(wall_time, default_step, items, needs_resolving)`` entries to a
+deque (thread-safe, no lock). The background thread wakes every few milliseconds, drains the
+deque, resolves numpy and tensor values in batches, groups values by step into
+:class:`~trainmon.events.StepScalars`, and hands them to the writers; it flushes the writers
+at least every ``flush_interval_s``.
+
+The queue is bounded in events: producers add to ``_enqueued`` and the consumer to
+``_consumed``, so each counter has a single writer and no lock is needed (with several
+producing threads the bound is approximate by a few calls).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from trainmon.config import PipelineConfig
+from trainmon.events import Number, StepScalars
+from trainmon.logging import get_logger
+from trainmon.values import is_tensor, plain_number, resolve_tensors
+from trainmon.writers.base import WriterGroup
+
+_log = get_logger("pipeline")
+
+Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
+Entry = tuple[Any, Any, Sequence[Item], bool]
+
+DROPPED_METRIC = "trainmon/dropped_events"
+WRITER_ERRORS_METRIC = "trainmon/writer_errors"
+_CHUNK_ENTRIES = 2048
+_CLOSE_TIMEOUT_S = 60.0
+
+
+class Pipeline:
+    """Moves checked events from the calling thread to the writers without blocking the caller."""
+
+    def __init__(self, writers: WriterGroup, config: PipelineConfig | None = None) -> None:
+        self.config = config or PipelineConfig()
+        self.writers = writers
+        self.dropped = 0
+        self._queue: deque[Entry] = deque()
+        self._capacity = self.config.queue_size
+        self._enqueued = 0
+        self._consumed = 0
+        self._wakeup = threading.Event()
+        self._stopping = False
+        self._closed = False
+        self._warned_full = False
+        self._internal_errors = 0
+        self._reported_counters = (0, 0)
+        self._last_step = 0
+        flush_every = self.config.flush_interval_s
+        self._poll_s = max(0.001, min(0.05, flush_every))
+        self._thread = threading.Thread(target=self._run, name="trainmon-pipeline", daemon=True)
+        self._thread.start()
+
+    # ---- training thread -------------------------------------------------------------------
+
+    def put(self, entry: Entry, count: int) -> None:
+        """Queue one call's events; waits briefly (or drops, counted) only when the queue is full."""
+        pending = self._enqueued - self._consumed
+        if pending + count > self._capacity and pending > 0 and not self._make_room(count):
+            return
+        self._enqueued += count
+        self._queue.append(entry)
+
+    def _make_room(self, count: int) -> bool:
+        self._wakeup.set()
+        if self.config.when_full == "wait" and not self._closed:
+            deadline = time.monotonic() + self.config.full_wait_s
+            while time.monotonic() < deadline and self._thread.is_alive():
+                pending = self._enqueued - self._consumed
+                if pending + count <= self._capacity or pending == 0:
+                    return True
+                time.sleep(0.001)
+        self.dropped += count
+        if not self._warned_full:
+            self._warned_full = True
+            _log.warning(
+                "event queue full (%d events): dropping events, counted in %s; log less often, "
+                "raise trainmon.queue_size, or check that the writers keep up",
+                self._capacity,
+                DROPPED_METRIC,
+            )
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every event queued before this call is written and flushed."""
+        if self._closed or not self._thread.is_alive():
+            return False
+        done = threading.Event()
+        self._queue.append((None, done, (), False))
+        self._wakeup.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.05):
+            if not self._thread.is_alive():
+                return False
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
+
+    def close(self) -> None:
+        """Write and flush everything queued, close the writers, stop the thread. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping = True
+        self._wakeup.set()
+        if threading.current_thread() is self._thread:
+            return
+        self._thread.join(_CLOSE_TIMEOUT_S)
+        if self._thread.is_alive():
+            _log.warning("background writer did not finish within %.0f s", _CLOSE_TIMEOUT_S)
+
+    @property
+    def pending(self) -> int:
+        """Events queued and not yet handed to the writers."""
+        return self._enqueued - self._consumed
+
+    # ---- background thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        flush_every = self.config.flush_interval_s
+        next_flush = time.monotonic() + flush_every
+        while True:
+            self._wakeup.wait(self._poll_s)
+            self._wakeup.clear()
+            stopping = self._stopping
+            self._drain()
+            now = time.monotonic()
+            if now >= next_flush:
+                self.writers.flush()
+                next_flush = now + flush_every
+            if stopping and not self._queue:
+                break
+        self._emit_counters()
+        self.writers.close()
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch: list[Entry] = []
+            count = 0
+            while queue and len(batch) < _CHUNK_ENTRIES:
+                entry = queue.popleft()
+                if entry[0] is None:  # a flush request: write what came before it, then ack
+                    self._emit(batch)
+                    self._consumed += count
+                    batch, count = [], 0
+                    self._emit_counters()
+                    self.writers.flush()
+                    entry[1].set()
+                    continue
+                batch.append(entry)
+                count += len(entry[2])
+            self._emit(batch)
+            self._consumed += count
+        self._emit_counters()
+
+    def _emit(self, batch: list[Entry]) -> None:
+        if not batch:
+            return
+        try:
+            records = self._records(batch)
+        except Exception:
+            self._internal_errors += 1
+            if self._internal_errors == 1:
+                _log.warning("could not turn a batch of events into records", exc_info=True)
+            return
+        if records:
+            self._last_step = records[-1].step
+            self.writers.write(records)
+
+    def _records(self, batch: list[Entry]) -> list[StepScalars]:
+        resolved = iter(self._resolve_tensors(batch))
+        records: list[StepScalars] = []
+        current_step: object = None
+        values: dict[str, Number] = {}
+        for wall_time, default_step, items, special in batch:
+            for item in items:
+                if len(item) == 2:
+                    name, value = item
+                    step = default_step
+                else:
+                    name, value, step = item
+                    if step is None:
+                        step = default_step
+                    elif type(step) is not int:
+                        step = int(step)
+                if step != current_step:
+                    values = {}
+                    records.append(StepScalars(step, wall_time, values))
+                    current_step = step
+                if special:
+                    kind = type(value)
+                    if kind is not float and kind is not int:
+                        value = next(resolved) if is_tensor(value) else plain_number(value)
+                values[name] = value
+        return records
+
+    @staticmethod
+    def _resolve_tensors(batch: list[Entry]) -> list[Number]:
+        tensors = [
+            item[1] for entry in batch if entry[3] for item in entry[2] if is_tensor(item[1])
+        ]
+        return resolve_tensors(tensors) if tensors else []
+
+    def _emit_counters(self) -> None:
+        counters = (self.dropped, self.writers.error_count)
+        if counters == self._reported_counters:
+            return
+        values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
+        self.writers.write([StepScalars(self._last_step, time.time(), values)])
+        # taken after the write, so a writer failing on this very record does not re-trigger it
+        self._reported_counters = (self.dropped, self.writers.error_count)

@@ -1,0 +1,99 @@
+"""The writer contract, the null writer, and the fan-out that isolates a failing writer.
+
+A writer only formats and persists what it is given. It runs on the background thread, so it
+may block on I/O, but it must never raise into training: :class:`WriterGroup` catches, reports
+once with the traceback, counts, and carries on with the other writers.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import ClassVar
+
+from trainmon.events import StepScalars
+from trainmon.logging import get_logger
+
+_log = get_logger("writers")
+
+
+class Writer(abc.ABC):
+    """Base of every backend: ``write`` a batch, ``flush`` it durably, ``close`` idempotently."""
+
+    kind: ClassVar[str] = "writer"
+    location: str = ""
+
+    @abc.abstractmethod
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """Format and buffer (or send) one batch of per-step records, in step order."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Make everything written so far visible to readers (on disk, or sent)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush and release resources; calling it again does nothing."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.location}>"
+
+
+class NullWriter(Writer):
+    """Accepts everything and does nothing: what ranks that do not write get."""
+
+    kind = "null"
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class WriterGroup:
+    """Fans each call out to every writer; a writer that raises is reported once and counted."""
+
+    def __init__(self, writers: Sequence[Writer] = ()) -> None:
+        self.writers = list(writers)
+        self.error_count = 0
+        self._reported: set[int] = set()
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        for writer in self.writers:
+            try:
+                writer.write(records)
+            except Exception:
+                self._failed(writer, "write")
+
+    def flush(self) -> None:
+        for writer in self.writers:
+            try:
+                writer.flush()
+            except Exception:
+                self._failed(writer, "flush")
+
+    def close(self) -> None:
+        for writer in self.writers:
+            try:
+                writer.close()
+            except Exception:
+                self._failed(writer, "close")
+
+    def _failed(self, writer: Writer, operation: str) -> None:
+        self.error_count += 1
+        if id(writer) in self._reported:
+            return
+        self._reported.add(id(writer))
+        _log.warning(
+            "%s writer (%s) failed in %s; its data is being lost, the other writers and "
+            "training carry on (further errors of this writer are counted in "
+            "trainmon/writer_errors, not printed)",
+            writer.kind,
+            writer.location,
+            operation,
+            exc_info=True,
+        )

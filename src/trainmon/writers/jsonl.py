@@ -1,0 +1,66 @@
+"""The JSONL journal writer: ``<output_path>/<job_name>/metrics.jsonl``, schema in :mod:`trainmon.journal`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainmon.events import StepScalars
+from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
+from trainmon.version import __version__
+from trainmon.writers.base import Writer
+from trainmon.writers.files import AppendFile
+
+_FLUSH_AT_BYTES = 1 << 20
+
+
+class JsonlWriter(Writer):
+    """One line per step, appended; readable while written, and after a crash."""
+
+    kind = "jsonl"
+
+    def __init__(self, directory: Path | str, job: str = "", rank: int = 0, world_size: int = 1):
+        path = Path(directory) / JOURNAL_FILE
+        self.location = str(path)
+        self._file = AppendFile(path)
+        if not self._file.ends_with_newline():
+            self._file.write(b"\n")  # a previous run was killed mid-line: start clean
+        meta = {
+            "v": SCHEMA_VERSION,
+            "kind": "meta",
+            "time": time.time(),
+            "job": job,
+            "rank": rank,
+            "world_size": world_size,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "trainmon": __version__,
+        }
+        self._file.write(encode_line(meta))
+        self._file.flush()
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        out = self._file
+        for record in records:
+            out.write(
+                encode_line(
+                    {
+                        "v": SCHEMA_VERSION,
+                        "kind": "scalars",
+                        "step": record.step,
+                        "time": record.wall_time,
+                        "values": encode_values(record.values),
+                    }
+                )
+            )
+        if out.buffered > _FLUSH_AT_BYTES:
+            out.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

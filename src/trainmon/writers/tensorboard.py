@@ -1,0 +1,163 @@
+"""A TensorBoard event-file writer that needs neither TensorFlow, torch nor ``tensorboard``.
+
+The three protobuf messages involved (Event, Summary, Summary.Value) are tiny, so they are
+encoded by hand: that keeps the import cheap and lets each scalar cost one dict lookup (its
+pre-encoded tag) plus one ``struct.pack``. Records use TFRecord framing, so a file cut short by
+a crash still yields every complete record to TensorBoard's reader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from trainmon import extras
+from trainmon.events import Number, StepScalars
+from trainmon.writers.base import Writer
+from trainmon.writers.files import AppendFile
+
+_FILE_VERSION = b"brain.Event:2"
+_FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
+_MASK64 = (1 << 64) - 1
+_CRC_MASK_DELTA = 0xA282EAD8
+_MAX_CACHED_LENGTHS = 4096
+
+_pack_f = struct.Struct("<f").pack
+_pack_q = struct.Struct("<Q").pack
+_pack_i = struct.Struct("<I").pack
+# Event.wall_time (field 1, fixed64) followed by the key of Event.step (field 2, varint).
+_pack_head = struct.Struct("<BdB").pack
+_WALL_TIME_KEY = 0x09
+_STEP_KEY = 0x10
+_SUMMARY_KEY = b"\x2a"  # Event.summary, field 5, length-delimited
+_SMALL_VARINTS = [bytes((i,)) for i in range(128)]
+
+# Unique per process (like TensorBoard's own global uid) so two writers never share a file.
+_file_counter = itertools.count()
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf base-128 varint; negatives as 64-bit two's complement (always 10 bytes)."""
+    if 0 <= value < 0x80:
+        return _SMALL_VARINTS[value]
+    value &= _MASK64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _float32(value: Number) -> bytes:
+    """Slow path for values ``struct`` refuses: beyond float32 range (or even float64's)."""
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int too large for a double
+        as_float = math.inf if value > 0 else -math.inf
+    try:
+        return _pack_f(as_float)
+    except OverflowError:  # finite double beyond float32 range: what a C cast gives
+        return _pack_f(math.copysign(math.inf, as_float))
+
+
+def _event_file_name() -> str:
+    """TensorBoard's own naming, so its directory scanning and sorting treat it as native."""
+    host = socket.gethostname().replace("/", "_")
+    return f"events.out.tfevents.{int(time.time()):010d}.{host}.{os.getpid()}.{next(_file_counter)}"
+
+
+class TensorBoardWriter(Writer):
+    """Writes one TensorBoard Event per step, holding all that step's scalars."""
+
+    kind = "tensorboard"
+
+    def __init__(self, directory: Path | str) -> None:
+        crc_module = extras.require("crc32c", "tensorboard", "The TensorBoard writer")
+        self._crc32c: Callable[[bytes], int] = crc_module.crc32c
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / _event_file_name()
+        while path.exists():  # a reused pid within the same second: never append to another run
+            path = folder / _event_file_name()
+        self.location = str(directory)
+        self.path = path
+        self._prefixes: dict[str, bytes] = {}
+        self._length_headers: dict[int, bytes] = {}
+        self._file = AppendFile(path)
+        # Event.wall_time, then Event.file_version (field 3, length-delimited).
+        version = _pack_head(_WALL_TIME_KEY, time.time(), 0x1A) + _varint(len(_FILE_VERSION))
+        self._file.write(self._frame(version + _FILE_VERSION))
+        self._file.flush()  # the file is a valid, readable event file from the start
+        self._closed = False
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        if self._closed:
+            raise ValueError(f"TensorBoard writer for {self.location} is closed")
+        chunks: list[bytes] = []
+        try:
+            for record in records:
+                chunks.append(self._encode(record))
+        finally:  # keep the records encoded before a bad one
+            self._file.write(b"".join(chunks))
+        if self._file.buffered >= _FLUSH_AT:
+            self._file.flush()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._file.close()
+
+    def _encode(self, record: StepScalars) -> bytes:
+        """One framed Event: header, then a Summary built from cached tag prefixes."""
+        summary = self._summary(record.values)
+        event = b"".join(
+            (
+                _pack_head(_WALL_TIME_KEY, record.wall_time, _STEP_KEY),
+                _varint(record.step),
+                _SUMMARY_KEY,
+                _varint(len(summary)),
+                summary,
+            )
+        )
+        return self._frame(event)
+
+    def _summary(self, values: Mapping[str, Number]) -> bytes:
+        get, add = self._prefixes.get, self._prefix
+        try:
+            return b"".join([(get(k) or add(k)) + _pack_f(v) for k, v in values.items()])
+        except OverflowError:  # rare: redo the step with the range-checking slow path
+            return b"".join([(get(k) or add(k)) + _float32(v) for k, v in values.items()])
+
+    def _prefix(self, name: str) -> bytes:
+        """Everything of a Summary.Value before its float: value key+length, tag, float key."""
+        tag = name.encode("utf-8", "backslashreplace")  # lone surrogates: still valid UTF-8
+        value = b"\x0a" + _varint(len(tag)) + tag + b"\x15"
+        prefix = b"\x0a" + _varint(len(value) + 4) + value
+        self._prefixes[name] = prefix
+        return prefix
+
+    def _frame(self, data: bytes) -> bytes:
+        """TFRecord framing: length, masked CRC of the length, data, masked CRC of the data."""
+        n = len(data)
+        header = self._length_headers.get(n)
+        if header is None:
+            length = _pack_q(n)
+            header = length + _pack_i(self._masked_crc(length))
+            if len(self._length_headers) < _MAX_CACHED_LENGTHS:
+                self._length_headers[n] = header
+        return b"".join((header, data, _pack_i(self._masked_crc(data))))
+
+    def _masked_crc(self, data: bytes) -> int:
+        crc = self._crc32c(data)
+        return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _CRC_MASK_DELTA) & 0xFFFFFFFF
