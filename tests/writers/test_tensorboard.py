@@ -164,6 +164,14 @@ def test_unicode_and_hostile_tags_stay_inside_the_file(tmp_path: Path) -> None:
         assert _points(acc, tag) == [(3, float(i))]
 
 
+def test_lone_surrogate_tag_is_escaped_not_fatal(tmp_path: Path) -> None:
+    """A tag that is not encodable as UTF-8 is written backslash-escaped instead of failing."""
+    _write(tmp_path, [StepScalars(0, 1.0, {"bad\ud800": 1.0, "good": 2.0})])
+    acc = _read(tmp_path)
+    assert _points(acc, "bad\\ud800") == [(0, 1.0)]
+    assert _points(acc, "good") == [(0, 2.0)]
+
+
 def test_close_is_idempotent_and_write_after_close_raises(tmp_path: Path) -> None:
     """A second close() does nothing; writing to a closed writer is an error, not silent loss."""
     writer = TensorBoardWriter(tmp_path)

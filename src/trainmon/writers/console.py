@@ -18,8 +18,10 @@ def format_value(value: Number) -> str:
     if not math.isfinite(value):
         return str(value)
     magnitude = abs(value)
-    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e6):
+    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e12):
         return f"{value:.2e}"
+    if magnitude >= 1e4:
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 

@@ -35,6 +35,7 @@ _pack_i = struct.Struct("<I").pack
 _pack_head = struct.Struct("<BdB").pack
 _WALL_TIME_KEY = 0x09
 _STEP_KEY = 0x10
+_FILE_VERSION_KEY = 0x1A  # Event.file_version, field 3, length-delimited
 _SUMMARY_KEY = b"\x2a"  # Event.summary, field 5, length-delimited
 _SMALL_VARINTS = [bytes((i,)) for i in range(128)]
 
@@ -43,7 +44,8 @@ _file_counter = itertools.count()
 
 
 def _varint(value: int) -> bytes:
-    """Protobuf base-128 varint; negatives as 64-bit two's complement (always 10 bytes)."""
+    """Protobuf base-128 varint of an int64: negatives (and, like a C cast, anything past
+    2**63) as 64-bit two's complement, which is what protobuf readers decode."""
     if 0 <= value < 0x80:
         return _SMALL_VARINTS[value]
     value &= _MASK64
@@ -91,8 +93,8 @@ class TensorBoardWriter(Writer):
         self._prefixes: dict[str, bytes] = {}
         self._length_headers: dict[int, bytes] = {}
         self._file = AppendFile(path)
-        # Event.wall_time, then Event.file_version (field 3, length-delimited).
-        version = _pack_head(_WALL_TIME_KEY, time.time(), 0x1A) + _varint(len(_FILE_VERSION))
+        version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
+        version += _varint(len(_FILE_VERSION))
         self._file.write(self._frame(version + _FILE_VERSION))
         self._file.flush()  # the file is a valid, readable event file from the start
         self._closed = False
