@@ -60,11 +60,20 @@ def decode_value(value: Any) -> Any:
     return value
 
 
+def _starts_a_run(line: bytes) -> bool:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and record.get("kind") == "meta"
+
+
 def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield each record of a journal, decoding non-finite values.
 
-    A last line cut short by a killed process is skipped; a bad line elsewhere raises
-    ``ValueError`` naming the file and line number.
+    A line cut short by a killed process (the last line, or one followed by the ``meta``
+    record of a restart) is skipped; a bad line elsewhere raises ``ValueError`` naming the
+    file and line number.
     """
     path = Path(path)
     if path.is_dir():
@@ -78,8 +87,8 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            if number == last:  # no trailing newline: the writer was killed mid-line
-                return
+            if number == last or _starts_a_run(lines[number + 1]):
+                continue  # cut short by a killed process (then possibly restarted)
             raise ValueError(f"{path}:{number + 1}: not a JSON object: {exc}") from exc
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{number + 1}: expected a JSON object")

@@ -1,0 +1,82 @@
+"""The CSV writer: DeepSpeed's csv_monitor layout, restart-safe, bounded open files."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from trainmon.events import StepScalars
+from trainmon.writers import csv as csv_module
+from trainmon.writers.csv import CsvWriter
+
+
+def read(path: Path) -> list[list[str]]:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_deepspeed_file_names_and_headers(tmp_path: Path) -> None:
+    """File per metric named with '/' and spaces as '_', header 'step,<last component>'."""
+    writer = CsvWriter(tmp_path)
+    writer.write([StepScalars(5, 0.0, {"Train/Samples/train loss": 0.5, "lr": 1e-4})])
+    writer.close()
+    assert read(tmp_path / "Train_Samples_train_loss.csv") == [["step", "train loss"], ["5", "0.5"]]
+    assert read(tmp_path / "lr.csv") == [["step", "lr"], ["5", "0.0001"]]
+
+
+def test_restart_appends_without_second_header(tmp_path: Path) -> None:
+    """A second writer on the same folder appends rows and writes no second header."""
+    for start in (0, 10):
+        writer = CsvWriter(tmp_path)
+        writer.write([StepScalars(start + i, 0.0, {"train/loss": float(i)}) for i in range(3)])
+        writer.close()
+    rows = read(tmp_path / "train_loss.csv")
+    assert rows[0] == ["step", "loss"]
+    assert [r[0] for r in rows[1:]] == ["0", "1", "2", "10", "11", "12"]
+
+
+def test_line_cut_by_a_crash_is_not_glued_to_the_next(tmp_path: Path) -> None:
+    """After a killed run left half a line, the next row starts on a line of its own."""
+    (tmp_path / "train_loss.csv").write_text("step,loss\n0,1.0\n1,0.")
+    writer = CsvWriter(tmp_path)
+    writer.write([StepScalars(2, 0.0, {"train/loss": 0.25})])
+    writer.close()
+    assert read(tmp_path / "train_loss.csv")[-1] == ["2", "0.25"]
+
+
+def test_colliding_names_get_separate_files(tmp_path: Path) -> None:
+    """'a/b' and 'a_b' would share a file under DeepSpeed's rule; here each keeps its own."""
+    writer = CsvWriter(tmp_path)
+    writer.write([StepScalars(1, 0.0, {"a/b": 1.0, "a_b": 2.0})])
+    writer.close()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2 and "a_b.csv" in files
+    values = sorted(read(tmp_path / name)[1][1] for name in files)
+    assert values == ["1.0", "2.0"]
+
+
+def test_exact_values_and_quoted_headers(tmp_path: Path) -> None:
+    """Floats keep every digit, ints stay ints, and a header with a comma is quoted."""
+    writer = CsvWriter(tmp_path)
+    writer.write([StepScalars(1, 0.0, {"x/a,b": 0.1 + 0.2, "n": 2**62})])
+    writer.close()
+    assert read(tmp_path / "x_a,b.csv") == [["step", "a,b"], ["1", repr(0.1 + 0.2)]]
+    assert read(tmp_path / "n.csv")[1] == ["1", str(2**62)]
+
+
+def test_open_files_are_bounded(tmp_path: Path, monkeypatch: object) -> None:
+    """With more metrics than the open-file limit, every value still lands in its file."""
+    import pytest
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(csv_module, "MAX_OPEN_FILES", 4)
+    try:
+        writer = CsvWriter(tmp_path)
+        for step in range(3):
+            writer.write([StepScalars(step, 0.0, {f"m/{i}": float(i * step) for i in range(10)})])
+        assert len(writer._open) <= 4
+        writer.close()
+    finally:
+        mp.undo()
+    for i in range(10):
+        assert read(tmp_path / f"m_{i}.csv")[1:] == [[str(s), repr(float(i * s))] for s in range(3)]
