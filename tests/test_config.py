@@ -57,7 +57,9 @@ def test_wrong_type_names_value_and_expected_type() -> None:
     with pytest.raises(trainmon.ConfigError) as err:
         load_config({"csv_monitor": {"enabled": "yes"}})
     assert "'csv_monitor.enabled' = 'yes': expected a boolean" in str(err.value)
-    with pytest.raises(trainmon.ConfigError, match=r"'steps_per_print' = '50': expected an integer"):
+    with pytest.raises(
+        trainmon.ConfigError, match=r"'steps_per_print' = '50': expected an integer"
+    ):
         load_config({"steps_per_print": "50"})
     with pytest.raises(trainmon.ConfigError, match="expected an integer >= 1"):
         load_config({"steps_per_print": 0})
@@ -132,3 +134,11 @@ def test_reference_rows_cover_every_section() -> None:
     keys = {row[0] for row in reference_rows()}
     assert {"steps_per_print", "tensorboard.output_path", "jsonl.job_name"} <= keys
     assert all(row[3] for row in reference_rows())
+
+
+def test_readme_table_matches_the_config() -> None:
+    """The README's config table is the one generated from the config dataclasses."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("<!-- config-table:start -->\n")[1].split("<!-- config-table:end -->")[0]
+    for key, kind, default, doc in reference_rows():
+        assert f"| `{key}` | {kind} | `{default}` | {doc} |" in table

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import local_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import trainmon
+from conftest import local_config
 from trainmon.distributed import ProcessPlace
 
 
@@ -24,9 +24,7 @@ def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar in a TensorBoard folder, read with TensorBoard's own reader."""
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     acc.Reload()
-    return {
-        tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
-    }
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def csv_rows(path: Path) -> tuple[list[str], list[tuple[int, float]]]:
@@ -222,7 +220,7 @@ def test_rank_from_launcher_environment(tmp_path: Path) -> None:
 
 
 def test_import_does_not_pull_optional_backends() -> None:
-    """``import trainmon`` imports neither torch, tensorboard, wandb, prometheus_client nor numpy."""
+    """``import trainmon`` imports no torch, tensorboard, wandb, prometheus_client or numpy."""
     code = (
         "import sys, trainmon\n"
         "heavy = ('torch', 'tensorboard', 'wandb', 'prometheus_client', 'numpy', 'crc32c')\n"
@@ -239,11 +237,13 @@ def test_calling_thread_never_reads_tensor_values(tmp_path: Path) -> None:
 
     class Counting(torch.Tensor):
         @classmethod
-        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             name = getattr(func, "__name__", str(func))
-            if name in {"item", "tolist", "cpu", "__float__", "numpy", "to"}:
-                if threading.get_ident() == caller:
-                    reads_on_caller.append(name)
+            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to"}
+            if name in reads and threading.get_ident() == caller:
+                reads_on_caller.append(name)
             return super().__torch_function__(func, types, args, kwargs or {})
 
     with trainmon.Monitor(local_config(tmp_path)) as monitor:

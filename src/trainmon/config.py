@@ -232,7 +232,7 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
 
 
 def _check_path_part(value: str, path: str, origin: str, *, relative: bool) -> None:
-    """Refuse paths that could make a writer write somewhere other than where the user pointed it."""
+    """Refuse paths that could make a writer write outside the folder the user named."""
     if "\x00" in value:
         raise ConfigError(f"{origin}: {path!r} = {value!r} contains a NUL character")
     if not relative:
@@ -319,7 +319,11 @@ def reference_rows() -> list[tuple[str, str, str, str]]:
                 )
         else:
             rows.append(
-                (f.name, _describe(_field_type(TrainmonConfig, f.name)), repr(f.default),
-                 f.metadata.get("doc", ""))
+                (
+                    f.name,
+                    _describe(_field_type(TrainmonConfig, f.name)),
+                    repr(f.default),
+                    f.metadata.get("doc", ""),
+                )
             )
     return rows

@@ -30,7 +30,10 @@ def run_demo(output_dir: Path, steps: int = 300, steps_per_print: int = 50) -> d
     torch.manual_seed(0)
     batch_size = 64
     model = torch.nn.Sequential(
-        torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.GELU(),
+        torch.nn.Linear(32, 128),
+        torch.nn.GELU(),
+        torch.nn.Linear(128, 128),
+        torch.nn.GELU(),
         torch.nn.Linear(128, 1),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -66,4 +69,8 @@ def run_demo(output_dir: Path, steps: int = 300, steps_per_print: int = 50) -> d
                 monitor.write_events([("mem/rss_mb", rss_mb()), ("mem/peak_rss_mb", peak_rss_mb())])
         monitor.write_events([("eval/final_loss", loss.detach(), steps)])
     base = output_dir.resolve()
-    return {"tensorboard": base / "tensorboard", "csv": base / "csv", "jsonl": base / "metrics.jsonl"}
+    return {
+        "tensorboard": base / "tensorboard",
+        "csv": base / "csv",
+        "jsonl": base / "metrics.jsonl",
+    }

@@ -1,4 +1,4 @@
-"""Optional dependencies: checked without importing, imported only inside the backend that needs them."""
+"""Optional dependencies: checked without importing, imported only by the backend using them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def is_installed(module: str) -> bool:
 
 
 def require(module: str, extra: str, feature: str) -> ModuleType:
-    """Import ``module`` or raise :class:`MissingExtraError` naming ``pip install "trainmon[extra]"``."""
+    """Import ``module``, or raise :class:`MissingExtraError` naming the pip command."""
     if not is_installed(module):
         raise MissingExtraError(module.split(".")[0], extra, feature)
     return importlib.import_module(module)

@@ -1,4 +1,4 @@
-"""Library logging: one ``trainmon`` logger with its own stderr handler; the root logger is never touched."""
+"""Library logging: a ``trainmon`` logger with its own stderr handler; never the root logger."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ _FORMAT = "[trainmon] %(levelname)s %(message)s"
 
 
 def get_logger(name: str | None = None) -> logging.Logger:
-    """The library's logger (or a child of it); set up once with a stderr handler, no propagation."""
+    """The library's logger (or a child); set up once with a stderr handler, no propagation."""
     base = logging.getLogger(LOGGER_NAME)
     if not getattr(base, "_trainmon_configured", False):
         handler = logging.StreamHandler(sys.stderr)

@@ -55,7 +55,7 @@ class Monitor:
 
     @property
     def step(self) -> int:
-        """The step that ``(name, value)`` events and ``log(...)`` without a step are recorded at."""
+        """The step at which ``(name, value)`` events and step-less ``log`` calls are recorded."""
         return self._step
 
     @step.setter
@@ -125,7 +125,9 @@ class Monitor:
         if type(name) is not str:
             raise TypeError(f"metric name {name!r}: expected a non-empty string")
         if not name:
-            raise ValueError("metric name is empty: expected a non-empty string such as 'train/loss'")
+            raise ValueError(
+                "metric name is empty: expected a non-empty string such as 'train/loss'"
+            )
         if len(self._names) < _MAX_CACHED_NAMES:
             self._names.add(name)
 
@@ -148,7 +150,7 @@ class Monitor:
 
     @property
     def dropped_events(self) -> int:
-        """Events dropped because the queue was full (also the ``trainmon/dropped_events`` metric)."""
+        """Events dropped on a full queue (also the ``trainmon/dropped_events`` metric)."""
         return self._pipeline.dropped
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -62,7 +62,7 @@ class Pipeline:
     # ---- training thread -------------------------------------------------------------------
 
     def put(self, entry: Entry, count: int) -> None:
-        """Queue one call's events; waits briefly (or drops, counted) only when the queue is full."""
+        """Queue one call's events; only a full queue makes it wait briefly or drop (counted)."""
         pending = self._enqueued - self._consumed
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
             return

@@ -1,4 +1,4 @@
-"""What counts as a metric value, checked cheaply on the calling thread and resolved in the background.
+"""What counts as a metric value: checked cheaply by the caller, resolved in the background.
 
 Plain ``float``/``int``/``bool`` are taken as they are. numpy scalars and single-element torch
 tensors (on any device) are accepted on the calling thread without touching their data; the
@@ -93,9 +93,10 @@ def resolve_tensors(tensors: Sequence[Any]) -> list[Number]:
                 stacked = torch.stack([tensors[i].detach().reshape(()) for i in indices])
                 numbers = stacked.cpu().tolist()
             except Exception:
-                _log.warning("could not read %d tensor value(s); logged as NaN", len(indices),
-                             exc_info=True)
+                _log.warning(
+                    "could not read %d tensor value(s); logged as NaN", len(indices), exc_info=True
+                )
                 continue
-            for i, number in zip(indices, numbers):
+            for i, number in zip(indices, numbers, strict=True):
                 out[i] = int(number) if isinstance(number, bool) else number
     return out

@@ -44,7 +44,9 @@ def test_reader_decodes_and_skips_a_truncated_last_line(tmp_path: Path) -> None:
 def test_reader_reports_corruption_in_the_middle(tmp_path: Path) -> None:
     """A bad line that is not the last is an error naming the file and line."""
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"v":1,"kind":"meta"}\nnot json\n{"v":1,"kind":"scalars","step":1,"values":{}}\n')
+    path.write_text(
+        '{"v":1,"kind":"meta"}\nnot json\n{"v":1,"kind":"scalars","step":1,"values":{}}\n'
+    )
     with pytest.raises(ValueError, match="metrics.jsonl:2"):
         list(read_journal(path))
 

@@ -1,4 +1,4 @@
-"""Progress lines: every ``steps_per_print`` steps, one line with the latest value of each metric."""
+"""Progress lines: every ``steps_per_print`` steps, the latest value of each metric."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def format_value(value: Number) -> str:
 
 
 class ConsoleWriter(Writer):
-    """Prints ``step N | name value | ...`` at the first step of each ``steps_per_print`` interval."""
+    """Prints ``step N | name value | ...`` at the first step of each interval."""
 
     kind = "console"
 

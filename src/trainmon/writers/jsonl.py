@@ -1,4 +1,7 @@
-"""The JSONL journal writer: ``<output_path>/<job_name>/metrics.jsonl``, schema in :mod:`trainmon.journal`."""
+"""The JSONL journal writer: ``<output_path>/<job_name>/metrics.jsonl``.
+
+The schema is documented in :mod:`trainmon.journal`.
+"""
 
 from __future__ import annotations
 
