@@ -90,7 +90,7 @@ def test_json_and_yaml_files(tmp_path: Path) -> None:
     json_path.write_text(json.dumps(DEEPSPEED_CONFIG))
     yaml_path = tmp_path / "ds.yaml"
     yaml_path.write_text(
-        "steps_per_print: 50\nwall_clock_breakdown: true\n"
+        "train_batch_size: 64\nsteps_per_print: 50\nwall_clock_breakdown: true\n"
         "tensorboard: {enabled: true, output_path: ./logs/tb, job_name: ds-monitor-demo}\n"
         "wandb: {enabled: true, project: llm-training, group: zero3}\n"
         "csv_monitor: {enabled: true, output_path: ./logs/csv, job_name: ds-monitor-demo}\n"

@@ -40,6 +40,10 @@ class OutputSection:
     job_name: str = _doc(
         "Sub-folder of output_path for this run (DeepSpeed's default).", default=DEFAULT_JOB_NAME
     )
+    every: Literal["step", "window"] = _doc(
+        "Write every step's values, or one value per window (the window mean at its last step).",
+        default="step",
+    )
 
     def run_dir(self) -> Path:
         """``<output_path>/<job_name>``, as DeepSpeed lays it out."""
@@ -109,6 +113,39 @@ class PipelineConfig:
         "Writers push to disk at least this often; a kill -9 loses at most this much.",
         default=1.0,
     )
+    window_steps: int | None = _doc(
+        "Steps per aggregation window; null means steps_per_print.", default=None
+    )
+    window_seconds: float | None = _doc(
+        "Close a window after this many seconds instead of a number of steps.", default=None
+    )
+
+
+@dataclass(frozen=True)
+class CommsLoggerConfig:
+    """DeepSpeed's ``comms_logger``: per-collective counts, sizes, latency and bandwidth."""
+
+    enabled: bool = _doc("Record collectives (false really means off).", default=False)
+    verbose: bool = _doc("Log every collective as it completes.", default=False)
+    prof_all: bool = _doc("Record every collective (else only prof_ops).", default=True)
+    prof_ops: list[str] = _doc(
+        'Collectives to record when prof_all is false, e.g. ["all_reduce"].', default_factory=list
+    )
+    debug: bool = _doc("Include the caller's function name in verbose lines.", default=False)
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """What a sample is worth, so samples/s can become tokens/s, TFLOPS and MFU."""
+
+    tokens_per_sample: int | None = _doc("Tokens in one sample (sequence length).", default=None)
+    flops_per_sample: float | None = _doc(
+        "FLOPs of forward+backward for one sample (e.g. 6 x parameters x tokens).", default=None
+    )
+    peak_tflops: float | None = _doc(
+        "Peak TFLOPS of one device for MFU; null looks the accelerator up in a known table.",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -117,7 +154,19 @@ class TrainmonConfig:
 
     steps_per_print: int = _doc("Console line every N steps (DeepSpeed's default).", default=10)
     wall_clock_breakdown: bool = _doc(
-        "Report forward/backward/optimizer/communication time.", default=False
+        "Report forward/backward/optimizer/communication/data time per step.", default=False
+    )
+    train_batch_size: int | None = _doc(
+        "Samples per optimizer step across all ranks (DeepSpeed's rule).", default=None
+    )
+    train_micro_batch_size_per_gpu: int | None = _doc(
+        "Samples per forward on one rank.", default=None
+    )
+    gradient_accumulation_steps: int | None = _doc(
+        "Micro-batches per optimizer step.", default=None
+    )
+    gradient_clipping: float = _doc(
+        "Clip the global gradient norm to this; 0 means no clipping.", default=0.0
     )
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     csv_monitor: CsvMonitorConfig = field(default_factory=CsvMonitorConfig)
@@ -126,6 +175,8 @@ class TrainmonConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     comet: CometConfig = field(default_factory=CometConfig)
     trainmon: PipelineConfig = field(default_factory=PipelineConfig)
+    comms_logger: CommsLoggerConfig = field(default_factory=CommsLoggerConfig)
+    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -184,9 +235,17 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:
     for key, section_type in _SECTIONS.items():
         if key in data:
             kwargs[key] = _build_section(section_type, data[key], key, origin)
-    if kwargs.get("steps_per_print", 1) < 1:
+    for key in (
+        "steps_per_print",
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+    ):
+        if kwargs.get(key) is not None and kwargs[key] < 1:
+            raise ConfigError(f"{origin}: {key!r} = {data[key]!r}: expected an integer >= 1")
+    if kwargs.get("gradient_clipping", 0.0) < 0:
         raise ConfigError(
-            f"{origin}: 'steps_per_print' = {data['steps_per_print']!r}: expected an integer >= 1"
+            f"{origin}: 'gradient_clipping' = {data['gradient_clipping']!r}: expected a number >= 0"
         )
     config = TrainmonConfig(raw=dict(data), **kwargs)
     _check_semantics(config, origin)
@@ -220,12 +279,13 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
         _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
     pipeline = config.trainmon
-    for name in ("queue_size",):
-        if getattr(pipeline, name) < 1:
-            raise ConfigError(f"{origin}: 'trainmon.{name}' must be >= 1")
-    for name in ("full_wait_s", "flush_interval_s"):
+    for name in ("queue_size", "window_steps"):
         value = getattr(pipeline, name)
-        if not value >= 0 or value == float("inf"):
+        if value is not None and value < 1:
+            raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
+    for name in ("full_wait_s", "flush_interval_s", "window_seconds"):
+        value = getattr(pipeline, name)
+        if value is not None and (not value >= 0 or value == float("inf")):
             raise ConfigError(
                 f"{origin}: 'trainmon.{name}' = {value!r}: expected a finite number of seconds >= 0"
             )
@@ -261,6 +321,8 @@ def _describe(tp: Any) -> str:
         return " or ".join(_describe(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
         tp, getattr(tp, "__name__", str(tp))
     )
@@ -295,9 +357,19 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
             value = float(value)
     elif tp is str:
         ok = isinstance(value, str)
+    elif kind is list:
+        if isinstance(value, (list, tuple)):
+            (item_type,) = typing.get_args(tp)
+            return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
     if ok:
         return value
     raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}")
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:
@@ -313,7 +385,7 @@ def reference_rows() -> list[tuple[str, str, str, str]]:
                     (
                         f"{f.name}.{sf.name}",
                         _describe(_field_type(section, sf.name)),
-                        repr(sf.default),
+                        repr(_default_of(sf)),
                         sf.metadata.get("doc", ""),
                     )
                 )

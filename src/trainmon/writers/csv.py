@@ -80,19 +80,38 @@ class CsvWriter(Writer):
             step = str(record.step)
             for name, value in record.values.items():
                 lines.setdefault(name, []).append(f"{step},{format_number(value)}\n")
+        error: Exception | None = None
         for name, rows in lines.items():
             data = "".join(rows).encode()
-            self._file(name).write(data)
+            try:
+                self._file(name).write(data)
+            except Exception as exc:  # one metric's file must not cost the others their rows
+                error = error or exc
+                continue
             self._buffered += len(data)
         if self._buffered > _FLUSH_AT_BYTES:
             self.flush()
+        if error is not None:
+            raise error
 
     def flush(self) -> None:
         self._buffered = 0
-        for handle in self._open.values():
-            handle.flush()
+        error: Exception | None = None
+        for handle in list(self._open.values()):
+            try:
+                handle.flush()
+            except Exception as exc:  # flush the other files anyway, then report
+                error = error or exc
+        if error is not None:
+            raise error
 
     def close(self) -> None:
+        error: Exception | None = None
         while self._open:
             _, handle = self._open.popitem(last=False)
-            handle.close()
+            try:
+                handle.close()  # closes the descriptor even when the final flush fails
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error

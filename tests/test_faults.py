@@ -1,0 +1,454 @@
+"""Faults a long training run meets: unwritable folders, a full disk, a broken or slow writer,
+and hostile names. Training must never see an exception, and the healthy writers keep every value."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from trainmon import ConfigError, Monitor, Writer, read_journal
+from trainmon.events import StepScalars
+from trainmon.writers.jsonl import JsonlWriter
+
+FILE_SECTIONS = ("tensorboard", "csv_monitor", "jsonl")
+DROPPED = "trainmon/dropped_events"
+WRITER_ERRORS = "trainmon/writer_errors"
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def trainmon_log() -> Iterator[list[logging.LogRecord]]:
+    """Everything the ``trainmon`` logger emits (it does not propagate to the root logger)."""
+    handler = _Collect()
+    logger = logging.getLogger("trainmon")
+    logger.addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+
+
+def _warnings(records: Sequence[logging.LogRecord]) -> list[logging.LogRecord]:
+    return [r for r in records if r.levelno >= logging.WARNING]
+
+
+def _section(path: Path) -> dict[str, Any]:
+    return {"enabled": True, "output_path": str(path), "job_name": "run"}
+
+
+def _config(**sections: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"console": {"enabled": False}}
+    config.update(sections)
+    return config
+
+
+def _journal(run_dir: Path) -> list[dict[str, Any]]:
+    return list(read_journal(run_dir))
+
+
+def _journal_series(run_dir: Path, name: str) -> list[tuple[int, Any]]:
+    return [
+        (r["step"], r["values"][name])
+        for r in _journal(run_dir)
+        if r.get("kind") == "scalars" and name in r["values"]
+    ]
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def _tb_series(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _files_under(root: Path) -> set[Path]:
+    return {Path(d) / f for d, _, files in os.walk(root) for f in files}
+
+
+def _open_fds_under(folder: Path) -> list[str]:
+    prefix = str(folder.resolve())
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target == prefix or target.startswith(prefix + "/"):
+            held.append(target)
+    return held
+
+
+class BadWriter(Writer):
+    """A writer whose ``write`` always raises."""
+
+    kind = "bad"
+    location = "nowhere://bad"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        self.calls += 1
+        raise RuntimeError("bad writer exploded")
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SlowWriter(Writer):
+    """A writer that sleeps in every ``write`` and remembers how many values each call got."""
+
+    kind = "slow"
+    location = "nowhere://slow"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.batch_sizes: list[int] = []
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        self.batch_sizes.append(sum(len(r.values) for r in records))
+        time.sleep(self.delay_s)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# ---- an output folder that cannot be created -------------------------------------------------
+
+
+@pytest.mark.parametrize("broken", FILE_SECTIONS)
+def test_unwritable_output_folder_disables_only_that_writer(
+    tmp_path: Path, broken: str, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """A writer whose folder cannot be created is skipped with one warning naming it and the path,
+    while the other writers receive every value."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("a regular file, not a folder")
+    bad = blocker / "sub"  # NotADirectoryError, even for root
+    good = tmp_path / "good"
+    monitor = Monitor(
+        _config(**{s: _section(bad if s == broken else good) for s in FILE_SECTIONS})
+    )
+    for step in range(50):
+        monitor.log({"loss": step * 0.5}, step=step)
+    monitor.close()
+
+    warnings = _warnings(trainmon_log)
+    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    message = warnings[0].getMessage()
+    assert broken in message
+    assert str(bad / "run") in message
+    assert "NotADirectoryError" in message
+    assert blocker.read_text() == "a regular file, not a folder"
+
+    expected = [(step, step * 0.5) for step in range(50)]
+    run = good / "run"
+    if broken != "jsonl":
+        assert _journal_series(run, "loss") == expected
+    if broken != "csv_monitor":
+        rows = _csv_rows(run / "loss.csv")
+        assert rows[0] == ["step", "loss"]
+        assert [(int(s), float(v)) for s, v in rows[1:]] == expected
+    if broken != "tensorboard":
+        assert _tb_series(run, "loss") == expected
+
+
+# ---- a full disk -----------------------------------------------------------------------------
+
+
+def _log_with_checkpoints(
+    monitor: Monitor, names: list[str], steps: int
+) -> dict[str, list[tuple[int, float]]]:
+    expected: dict[str, list[tuple[int, float]]] = {name: [] for name in names}
+    for step in range(steps):
+        values = {name: step + i / 8 for i, name in enumerate(names)}
+        monitor.log(values, step=step)  # must never raise
+        for name, value in values.items():
+            expected[name].append((step, value))
+        if step % 100 == 99:
+            assert monitor.flush(timeout=30)  # e.g. at a checkpoint
+    return expected
+
+
+def test_full_disk_loses_only_that_writer_and_is_counted_elsewhere(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """When the CSV folder's disk fills up, training carries on, one warning names the CSV writer,
+    the JSONL journal elsewhere has every step plus trainmon/writer_errors > 0, and no file on the
+    full disk is left open after close."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a 64k tmpfs: {mounted.stderr.strip()}")
+    try:
+        journal_root = tmp_path / "journal"
+        monitor = Monitor(
+            _config(
+                csv_monitor=_section(small),
+                jsonl=_section(journal_root),
+                trainmon={"flush_interval_s": 0.05},
+            )
+        )
+        names = [f"layer{i}/grad_norm" for i in range(8)]
+        expected = _log_with_checkpoints(monitor, names, 3000)
+        monitor.close()
+
+        stats = os.statvfs(small)
+        assert stats.f_bavail == 0, "the test never filled the disk"
+        warnings = _warnings(trainmon_log)
+        assert len(warnings) == 1, [w.getMessage() for w in warnings]
+        assert "csv" in warnings[0].getMessage()
+        assert str(small / "run") in warnings[0].getMessage()
+        assert warnings[0].exc_info is not None
+        assert isinstance(warnings[0].exc_info[1], OSError)
+
+        run = journal_root / "run"
+        for name in names:
+            assert _journal_series(run, name) == expected[name]
+        errors = [v for _, v in _journal_series(run, WRITER_ERRORS)]
+        assert errors and errors[-1] > 0
+        assert _open_fds_under(small) == []
+    finally:
+        if subprocess.run(["umount", str(small)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(small)], capture_output=True)
+
+
+def test_metric_file_linked_outside_the_folder_is_refused_and_costs_no_other_metric(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """A metric's CSV file that is a symlink leading out of the run folder is never written
+    through (one warning names the CSV writer), while the other metrics' CSV files and the
+    journal keep every value."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("do not touch")
+    run = tmp_path / "out" / "run"
+    run.mkdir(parents=True)
+    (run / "doomed.csv").symlink_to(victim)
+    monitor = Monitor(
+        _config(
+            csv_monitor=_section(tmp_path / "out"),
+            jsonl=_section(tmp_path / "out"),
+            trainmon={"flush_interval_s": 0.05},
+        )
+    )
+    expected = _log_with_checkpoints(monitor, ["doomed", "fine"], 300)
+    monitor.close()
+
+    assert victim.read_text() == "do not touch"
+    warnings = _warnings(trainmon_log)
+    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    assert "csv" in warnings[0].getMessage()
+    rows = _csv_rows(run / "fine.csv")
+    assert rows[0] == ["step", "fine"]
+    assert [(int(s), float(v)) for s, v in rows[1:]] == expected["fine"]
+    assert _journal_series(run, "doomed") == expected["doomed"]
+    assert _journal_series(run, WRITER_ERRORS)[-1][1] > 0
+
+
+# ---- a writer that raises ---------------------------------------------------------------------
+
+
+def test_raising_writer_is_reported_once_counted_and_isolated(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """A writer whose write() raises is reported once with its traceback, each failure is counted
+    in trainmon/writer_errors, and the other writer still gets every value."""
+    bad = BadWriter()
+    run = tmp_path / "run"
+    monitor = Monitor(_config(), writers=[bad, JsonlWriter(run, "run")])
+    for step in range(100):
+        monitor.log({"loss": step / 4}, step=step)
+        if step % 10 == 9:
+            assert monitor.flush(timeout=30)
+    monitor.close()
+
+    assert bad.calls >= 10
+    warnings = _warnings(trainmon_log)
+    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    message = warnings[0].getMessage()
+    assert "bad" in message and "write" in message and "nowhere://bad" in message
+    exc_info = warnings[0].exc_info
+    assert exc_info is not None and exc_info[2] is not None
+    assert isinstance(exc_info[1], RuntimeError) and "bad writer exploded" in str(exc_info[1])
+
+    assert _journal_series(run, "loss") == [(step, step / 4) for step in range(100)]
+    counted = _journal_series(run, WRITER_ERRORS)[-1][1]
+    # the last counter record is itself a failed write that it cannot include
+    assert bad.calls - 1 <= counted <= bad.calls
+
+
+# ---- a full queue ----------------------------------------------------------------------------
+
+
+def test_full_queue_drops_without_blocking_and_counts_every_drop(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """With when_full="drop" and a writer far slower than the loop, logging never blocks, and every
+    event is either written or counted in dropped_events and the trainmon/dropped_events metric."""
+    slow = SlowWriter(delay_s=0.1)
+    run = tmp_path / "run"
+    monitor = Monitor(
+        _config(trainmon={"queue_size": 10, "when_full": "drop"}),
+        writers=[slow, JsonlWriter(run, "run")],
+    )
+    total = 2000  # at <= 10 values per 0.1 s write the writer would need >= 20 s for these
+    started = time.monotonic()
+    for step in range(total):
+        monitor.log({"loss": float(step)}, step=step)
+    elapsed = time.monotonic() - started
+    dropped = monitor.dropped_events
+    monitor.close()
+
+    assert elapsed < 5.0
+    assert dropped > 0
+    assert monitor.dropped_events == dropped
+    written = _journal_series(run, "loss")
+    assert all(value == float(step) for step, value in written)
+    assert len(written) + dropped == total
+    assert _journal_series(run, DROPPED)[-1][1] == dropped
+    assert len([w for w in _warnings(trainmon_log) if "queue full" in w.getMessage()]) == 1
+
+
+def test_full_queue_waits_for_a_writer_that_catches_up(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """With when_full="wait" (the default) and a writer that catches up within full_wait_s, a small
+    queue holds the loop back instead of dropping: every value is written and nothing is counted."""
+    slow = SlowWriter(delay_s=0.01)
+    run = tmp_path / "run"
+    monitor = Monitor(
+        _config(trainmon={"queue_size": 10, "full_wait_s": 10.0}),
+        writers=[slow, JsonlWriter(run, "run")],
+    )
+    assert monitor.config.trainmon.when_full == "wait"
+    for step in range(300):
+        monitor.log({"loss": float(step)}, step=step)
+    monitor.close()
+
+    assert monitor.dropped_events == 0
+    assert max(slow.batch_sizes) <= 10  # the queue bound really held the loop back
+    assert _journal_series(run, "loss") == [(step, float(step)) for step in range(300)]
+    assert _journal_series(run, DROPPED) == []
+    assert _warnings(trainmon_log) == []
+
+
+# ---- hostile names ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("section", FILE_SECTIONS)
+@pytest.mark.parametrize("job_name", ["../escape", "/abs", "a\x00b", "a/../../b", ""])
+def test_hostile_job_name_is_refused_naming_the_key(
+    tmp_path: Path, section: str, job_name: str
+) -> None:
+    """A job_name that is absolute, climbs out with '..', holds a NUL or is empty is a ConfigError
+    naming '<section>.job_name', and nothing is created."""
+    config = _config(**{section: {"enabled": True, "output_path": str(tmp_path / "out")}})
+    config[section]["job_name"] = job_name
+    with pytest.raises(ConfigError) as info:
+        Monitor(config)
+    assert f"{section}.job_name" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+HOSTILE_METRICS = [
+    "../../x",
+    "/etc/passwd",
+    "a\x00b",
+    "..",
+    ".",
+    " spaced name ",
+    "n" * 300,
+    "n" * 299 + "m",
+    "a/b",
+    "a_b",
+    "../../../../../../../../../../tmp/trainmon_escape_probe",
+    "C:\\windows\\evil",
+    "new\nline",
+    'quote"d,comma',
+    "tab\there",
+]
+
+
+def test_hostile_metric_names_stay_inside_the_run_folder_and_read_back_exactly(
+    tmp_path: Path,
+) -> None:
+    """Metric names with '..', absolute paths, NULs, separators, odd characters or 300 characters
+    create files only inside the run folder, one CSV file each, and every value reads back
+    exactly from CSV, JSONL and TensorBoard."""
+    output = tmp_path / "deep" / "a" / "b" / "c" / "out"
+    run = output / "run"
+    etc_passwd = Path("/etc/passwd").read_bytes()
+    before = _files_under(tmp_path)
+    monitor = Monitor(_config(**{s: _section(output) for s in FILE_SECTIONS}))
+    expected: dict[str, list[tuple[int, float]]] = {name: [] for name in HOSTILE_METRICS}
+    for step in range(5):
+        values = {name: i * 1000 + step + 0.25 for i, name in enumerate(HOSTILE_METRICS)}
+        monitor.log(values, step=step)
+        for name, value in values.items():
+            expected[name].append((step, value))
+    monitor.close()
+
+    new_files = _files_under(tmp_path) - before
+    outside = [p for p in new_files if not p.resolve().is_relative_to(run.resolve())]
+    assert outside == []
+    assert Path("/etc/passwd").read_bytes() == etc_passwd
+    assert not Path("/etc/passwd.csv").exists()
+    assert not Path("/tmp/trainmon_escape_probe.csv").exists()
+
+    for name in HOSTILE_METRICS:
+        assert _journal_series(run, name) == expected[name], name
+
+    csv_files = sorted(run.glob("*.csv"))
+    assert len(csv_files) == len(HOSTILE_METRICS)
+    found = []
+    for path in csv_files:
+        rows = _csv_rows(path)
+        assert rows[0][0] == "step" and len(rows[0]) == 2, path
+        found.append((rows[0][1], tuple(tuple(row) for row in rows[1:])))
+    wanted = [
+        (name.rsplit("/", 1)[-1], tuple((str(s), repr(v)) for s, v in expected[name]))
+        for name in HOSTILE_METRICS
+    ]
+    assert sorted(found) == sorted(wanted)
+
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == set(HOSTILE_METRICS)
+    for name in HOSTILE_METRICS:
+        points = [(e.step, e.value) for e in acc.Scalars(name)]
+        assert points == expected[name], name
