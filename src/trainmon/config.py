@@ -357,10 +357,9 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
             value = float(value)
     elif tp is str:
         ok = isinstance(value, str)
-    elif kind is list:
-        if isinstance(value, (list, tuple)):
-            (item_type,) = typing.get_args(tp)
-            return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
+    elif kind is list and isinstance(value, (list, tuple)):
+        (item_type,) = typing.get_args(tp)
+        return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
     if ok:
         return value
     raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}")

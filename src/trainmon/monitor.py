@@ -16,6 +16,7 @@ from trainmon.config import ConfigSource, load_config
 from trainmon.distributed import ProcessPlace, discover, writes_on
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Pipeline
+from trainmon.timing import Timer
 from trainmon.values import PLAIN_TYPES, check_value
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
@@ -97,6 +98,17 @@ class Monitor:
         else:
             self._check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
+
+    def timer(self, name: str) -> Timer:
+        """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
+        return Timer(self, name)
+
+    def _enqueue(self, items: tuple[Item, ...], resolve: bool = False) -> None:
+        """Queue events built by trainmon itself (already valid) at the current step.
+
+        ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`.
+        """
+        self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
     # ---- checks off the fast path ----------------------------------------------------------
 

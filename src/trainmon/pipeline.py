@@ -22,7 +22,7 @@ from typing import Any
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.values import is_tensor, plain_number, resolve_tensors
+from trainmon.values import Deferred, is_tensor, plain_number, resolve_tensors
 from trainmon.writers.base import WriterGroup
 
 _log = get_logger("pipeline")
@@ -199,9 +199,25 @@ class Pipeline:
                 if special:
                     kind = type(value)
                     if kind is not float and kind is not int:
-                        value = next(resolved) if is_tensor(value) else plain_number(value)
+                        if isinstance(value, Deferred):
+                            value = self._resolve_deferred(name, value)
+                            if value is None:
+                                continue
+                        elif is_tensor(value):
+                            value = next(resolved)
+                        else:
+                            value = plain_number(value)
                 values[name] = value
-        return records
+        return [record for record in records if record.values]
+
+    def _resolve_deferred(self, name: str, value: Deferred) -> Number | None:
+        try:
+            return value.resolve()
+        except Exception:
+            self._internal_errors += 1
+            if self._internal_errors == 1:
+                _log.warning("could not resolve the value of %r; skipped", name, exc_info=True)
+            return None
 
     @staticmethod
     def _resolve_tensors(batch: list[Entry]) -> list[Number]:

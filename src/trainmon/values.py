@@ -7,6 +7,7 @@ background thread turns them into Python numbers, tensors in one batched copy pe
 
 from __future__ import annotations
 
+import abc
 import math
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,18 @@ from trainmon.logging import get_logger
 _log = get_logger("values")
 
 PLAIN_TYPES = frozenset({float, int, bool})
+
+
+class Deferred(abc.ABC):
+    """A value that is only known later: a device-event timing, a mean of device tensors, a
+    memory probe. The training thread enqueues the object; the background thread calls
+    :meth:`resolve`, so any waiting on the device happens there."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def resolve(self) -> Number | None:
+        """The number (None: nothing to record). Runs on the background thread."""
 _EXPECTED = "a bool, int, float, numpy scalar or single-element torch tensor"
 
 
@@ -32,7 +45,7 @@ def check_value(name: str, value: Any) -> bool:
     if value is None:
         return False
     kind = type(value)
-    if kind in PLAIN_TYPES:
+    if kind in PLAIN_TYPES or isinstance(value, Deferred):
         return True
     if is_tensor(value):
         if value.numel() != 1:
