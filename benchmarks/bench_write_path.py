@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gc
 import json
 import os
@@ -72,6 +73,7 @@ class Sample:
     finish_cpu_ns: int  # calling thread CPU in flush/close after the loop
     finish_wall_ns: int  # wall time of flush/close after the loop
     background_ns: int  # process + children CPU minus calling-thread CPU, start to closed
+    children_ns: int = 0  # the part of background_ns spent in child processes
     dropped: int = 0
 
 
@@ -81,6 +83,7 @@ class Contender:
     label: str
     slow: bool  # uses --slow-scalars
     run: Callable[[int, Path], Sample]
+    paced: bool = False  # sleeps between steps: only background CPU is meaningful
 
 
 # ---- value rows --------------------------------------------------------------------------------
@@ -161,6 +164,7 @@ def measure(scalars: int, loop: Callable[[], None], finish: Callable[[], int]) -
         finish_cpu_ns=t2 - t1,
         finish_wall_ns=w2 - w1,
         background_ns=max(0, (p2 - p0) - (t2 - t0)) + (c2 - c0),
+        children_ns=c2 - c0,
         dropped=dropped,
     )
 
@@ -204,12 +208,15 @@ def trainmon_config(folder: Path, writers: Sequence[str], queue_size: int) -> di
     return config
 
 
-def _trainmon(writers: Sequence[str], tensors: bool = False) -> Callable[[int, Path], Sample]:
+def _trainmon(
+    writers: Sequence[str], tensors: bool = False, paced: bool = False
+) -> Callable[[int, Path], Sample]:
     def run(steps: int, folder: Path) -> Sample:
         import trainmon
 
         rows = tensor_rows() if tensors else float_rows()
         queue_size = int(os.environ.get("BENCH_QUEUE_SIZE", "200000"))
+        pace_s = float(os.environ.get("BENCH_PACE_MS", "1.0")) / 1e3
         config = trainmon_config(folder, writers, queue_size)
         monitor = trainmon.Monitor(config, writers=None if writers else [])
 
@@ -221,11 +228,21 @@ def _trainmon(writers: Sequence[str], tensors: bool = False) -> Callable[[int, P
                 monitor.step = s
                 write([(n0, a), (n1, b), (n2, c), (n3, d), (n4, e), (n5, f), (n6, g), (n7, h)])
 
+        def paced_loop() -> None:
+            write = monitor.write_events
+            sleep = time.sleep
+            n0, n1, n2, n3, n4, n5, n6, n7 = NAMES
+            for s in range(steps):
+                a, b, c, d, e, f, g, h = rows[s & ROWS_MASK]
+                monitor.step = s
+                write([(n0, a), (n1, b), (n2, c), (n3, d), (n4, e), (n5, f), (n6, g), (n7, h)])
+                sleep(pace_s)  # the rest of a training step
+
         def finish() -> int:
             monitor.close()
             return monitor.dropped_events
 
-        return measure(steps * PER_STEP, loop, finish)
+        return measure(steps * PER_STEP, paced_loop if paced else loop, finish)
 
     return run
 
@@ -426,6 +443,27 @@ CONTENDERS: dict[str, Contender] = {
             False,
             _trainmon(("tensorboard", "jsonl"), tensors=True),
         ),
+        Contender(
+            "trainmon_tb_jsonl_paced",
+            "trainmon TB+JSONL, paced",
+            True,
+            _trainmon(("tensorboard", "jsonl"), paced=True),
+            paced=True,
+        ),
+        Contender(
+            "trainmon_tb_paced",
+            "trainmon TB only, paced",
+            True,
+            _trainmon(("tensorboard",), paced=True),
+            paced=True,
+        ),
+        Contender(
+            "trainmon_jsonl_paced",
+            "trainmon JSONL only, paced",
+            True,
+            _trainmon(("jsonl",), paced=True),
+            paced=True,
+        ),
         Contender("torch_sw", "torch SummaryWriter.add_scalar", True, bench_torch_summary_writer),
         Contender("tbx_sw", "tensorboardX add_scalar", True, bench_tensorboardx),
         Contender("wandb", "wandb.log (offline)", True, bench_wandb),
@@ -473,6 +511,7 @@ def work_tensor_check(steps: int, folder: Path) -> dict[str, Any]:
     originals = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
 
     def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             record(patched, name)
             return original(self, *args, **kwargs)
@@ -726,6 +765,7 @@ class Row:
     spread_pct: float = float("nan")
     dropped: int = 0
     ratio: float = float("nan")
+    children_us: float = 0.0
     unavailable: str = ""
     samples: list[dict[str, Any]] = field(default_factory=list)
 
@@ -748,8 +788,14 @@ def summarize(key: str, result: dict[str, Any]) -> Row:
         (s["call_cpu_ns"] + s["finish_cpu_ns"] + s["background_ns"]) / 1e3 / n for s in samples
     )
     row.finish_ms = statistics.median(s["finish_wall_ns"] / 1e6 for s in samples)
-    row.spread_pct = 100 * (max(calls) - min(calls)) / row.call_us if row.call_us else 0.0
+    row.children_us = statistics.median(s["children_ns"] / 1e3 / n for s in samples)
     row.dropped = max(s["dropped"] for s in samples)
+    main = calls
+    if CONTENDERS[key].paced:  # the calling thread mostly sleeps: only background is meaningful
+        main = [s["background_ns"] / 1e3 / n for s in samples]
+        row.call_us = row.call_wall_us = row.total_us = float("nan")
+    middle = statistics.median(main)
+    row.spread_pct = 100 * (max(main) - min(main)) / middle if middle else 0.0
     return row
 
 
@@ -813,7 +859,8 @@ def print_table(rows: list[Row]) -> None:
         "\nµs are per scalar, median of the repeats. call = calling thread inside the logging "
         "loop; bg = rest of the process (+ child processes) from the first call until closed; "
         "total = call + close + bg. × trainmon = call CPU / trainmon TB+JSONL's call CPU. "
-        "spread = half the min-max range of call CPU across repeats."
+        "spread = half the min-max range of call CPU (bg CPU for paced rows) across repeats. "
+        "Paced rows sleep between steps like a training loop, so only their bg CPU is shown."
     )
 
 
@@ -861,11 +908,16 @@ def check_targets(rows: dict[str, Row]) -> list[dict[str, Any]]:
             f">= {TARGET_RATIO_VS_SUMMARYWRITER:.0f}x",
             sw.ratio >= TARGET_RATIO_VS_SUMMARYWRITER,
         )
-    for key, what in (("trainmon_tb", "TensorBoard"), ("trainmon_jsonl", "JSONL")):
+    for key, what in (
+        ("trainmon_tb", "TensorBoard only"),
+        ("trainmon_jsonl", "JSONL only"),
+        ("trainmon_tb_paced", "TensorBoard only, paced"),
+        ("trainmon_jsonl_paced", "JSONL only, paced"),
+    ):
         row = rows.get(key)
         if row and not row.unavailable:
             add(
-                f"background CPU µs/scalar, trainmon with {what} only",
+                f"background CPU µs/scalar, trainmon with {what}",
                 row.background_us,
                 f"<= {TARGET_BACKGROUND_US}",
                 row.background_us <= TARGET_BACKGROUND_US,
@@ -921,7 +973,8 @@ def main_benchmark(args: argparse.Namespace) -> int:
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     print(
         f"scalars: {args.scalars:,} (fast), {args.slow_scalars:,} (slow); repeats: "
-        f"{args.repeats}; {PER_STEP} scalars per step\n"
+        f"{args.repeats}; {PER_STEP} scalars per step; paced rows sleep {args.pace_ms} ms "
+        f"per step\n"
     )
     rows: dict[str, Row] = {}
     try:
@@ -941,7 +994,7 @@ def main_benchmark(args: argparse.Namespace) -> int:
                     "--folder",
                     str(base / key),
                 ],
-                env={"BENCH_QUEUE_SIZE": str(args.queue_size)},
+                env={"BENCH_QUEUE_SIZE": str(args.queue_size), "BENCH_PACE_MS": str(args.pace_ms)},
             )
             rows[key] = summarize(key, result)
         ref = rows[REFERENCE]
@@ -1073,6 +1126,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only", default="", help=f"comma-separated contenders, of: {','.join(CONTENDERS)}"
     )
     parser.add_argument("--queue-size", type=int, default=200_000, help="trainmon.queue_size")
+    parser.add_argument(
+        "--pace-ms",
+        type=float,
+        default=1.0,
+        help="sleep per step in the 'paced' trainmon rows (a stand-in for the training step)",
+    )
     parser.add_argument(
         "--no-extras", action="store_true", help="skip the tensor check and the hot-path breakdown"
     )

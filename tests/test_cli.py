@@ -25,7 +25,7 @@ def test_demo_writes_every_output_and_says_where(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "step 50 | train/loss" in result.stdout
+    assert "step 50 | loss " in result.stdout
     assert f"tensorboard --logdir {out.resolve() / 'tensorboard'}" in result.stdout
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()

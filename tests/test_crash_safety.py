@@ -109,7 +109,7 @@ def _csv(run: Path) -> dict[str, list[tuple[int, float]]]:
     series = {}
     for name, (file_name, header) in CSV_FILES.items():
         text = (run / file_name).read_text()
-        assert text.endswith("\n"), f"{file_name} ends mid-line"
+        assert text.endswith("\n"), f"{file_name} is empty or ends mid-line"
         lines = text.splitlines()
         assert lines[0] == f"step,{header}"
         assert lines.count(f"step,{header}") == 1, f"{file_name} has more than one header"

@@ -1,5 +1,5 @@
 """Faults a long training run meets: unwritable folders, a full disk, a broken or slow writer,
-and hostile names. Training must never see an exception, and the healthy writers keep every value."""
+and hostile names. Training never sees an exception; the healthy writers keep every value."""
 
 from __future__ import annotations
 
@@ -156,9 +156,7 @@ def test_unwritable_output_folder_disables_only_that_writer(
     blocker.write_text("a regular file, not a folder")
     bad = blocker / "sub"  # NotADirectoryError, even for root
     good = tmp_path / "good"
-    monitor = Monitor(
-        _config(**{s: _section(bad if s == broken else good) for s in FILE_SECTIONS})
-    )
+    monitor = Monitor(_config(**{s: _section(bad if s == broken else good) for s in FILE_SECTIONS}))
     for step in range(50):
         monitor.log({"loss": step * 0.5}, step=step)
     monitor.close()

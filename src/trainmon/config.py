@@ -354,7 +354,10 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
     elif tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if ok:
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an int beyond the range of a float
+                ok = False
     elif tp is str:
         ok = isinstance(value, str)
     elif kind is list and isinstance(value, (list, tuple)):

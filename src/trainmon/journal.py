@@ -9,6 +9,10 @@ Schema version 1, one JSON object per line, append-only:
   every value logged for one step. Non-finite numbers are the strings ``"NaN"``,
   ``"Infinity"`` and ``"-Infinity"`` so the file stays valid JSON and NaN stays distinct
   from a missing value.
+* ``{"v": 1, "kind": "window", "first_step": int, "last_step": int, "start_time": <unix s>,
+  "end_time": <unix s>, "stats": {name: {"count": int, "mean": n, "min": n, "max": n,
+  "last": n}}}`` — the aggregate of one window (``steps_per_print`` steps by default), written
+  after that window's ``scalars`` lines.
 
 Readers must skip kinds they do not know; later versions only add kinds and keys.
 """
@@ -95,4 +99,10 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         values = record.get("values")
         if isinstance(values, dict):
             record["values"] = {k: decode_value(v) for k, v in values.items()}
+        stats = record.get("stats")
+        if isinstance(stats, dict):
+            record["stats"] = {
+                name: {k: decode_value(v) for k, v in s.items()} if isinstance(s, dict) else s
+                for name, s in stats.items()
+            }
         yield record

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import Any
 
+from trainmon.aggregate import WindowAggregator
 from trainmon.config import ConfigSource, load_config
 from trainmon.distributed import ProcessPlace, discover, writes_on
 from trainmon.logging import get_logger
@@ -45,7 +46,12 @@ class Monitor:
         self.place = place or discover()
         if writers is None:
             writers = build_writers(self.config, self.place) if writes_on(self.place) else []
-        self._pipeline = Pipeline(WriterGroup(writers), self.config.trainmon)
+        pipeline_config = self.config.trainmon
+        aggregator = WindowAggregator(
+            pipeline_config.window_steps or self.config.steps_per_print,
+            pipeline_config.window_seconds,
+        )
+        self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator)
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from trainmon.aggregate import WindowAggregator
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
@@ -39,9 +40,17 @@ _CLOSE_TIMEOUT_S = 60.0
 class Pipeline:
     """Moves checked events from the calling thread to the writers without blocking the caller."""
 
-    def __init__(self, writers: WriterGroup, config: PipelineConfig | None = None) -> None:
+    def __init__(
+        self,
+        writers: WriterGroup,
+        config: PipelineConfig | None = None,
+        aggregator: WindowAggregator | None = None,
+    ) -> None:
         self.config = config or PipelineConfig()
         self.writers = writers
+        self.aggregator = aggregator or WindowAggregator(
+            self.config.window_steps or 10, self.config.window_seconds
+        )
         self.dropped = 0
         self._queue: deque[Entry] = deque()
         self._capacity = self.config.queue_size
@@ -139,6 +148,7 @@ class Pipeline:
             if stopping and not self._queue:
                 break
         self._emit_counters()
+        self._close_window(final=True)
         self.writers.close()
 
     def _drain(self) -> None:
@@ -153,6 +163,7 @@ class Pipeline:
                     self._consumed += count
                     batch, count = [], 0
                     self._emit_counters()
+                    self._close_window(final=False)
                     self.writers.flush()
                     entry[1].set()
                     continue
@@ -161,6 +172,18 @@ class Pipeline:
             self._emit(batch)
             self._consumed += count
         self._emit_counters()
+        self._close_window(final=False)
+
+    def _close_window(self, final: bool) -> None:
+        """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
+        try:
+            aggregator = self.aggregator
+            window = aggregator.close() if final else aggregator.close_if_complete(time.time())
+        except Exception:
+            self._count_internal_error("could not close a window")
+            return
+        if window is not None:
+            self.writers.write_windows([window])
 
     def _emit(self, batch: list[Entry]) -> None:
         if not batch:
@@ -168,13 +191,29 @@ class Pipeline:
         try:
             records = self._records(batch)
         except Exception:
-            self._internal_errors += 1
-            if self._internal_errors == 1:
-                _log.warning("could not turn a batch of events into records", exc_info=True)
+            self._count_internal_error("could not turn a batch of events into records")
             return
-        if records:
-            self._last_step = records[-1].step
-            self.writers.write(records)
+        if not records:
+            return
+        self._last_step = records[-1].step
+        segment: list[StepScalars] = []
+        for record in records:  # a window is written after its own steps, before the next ones
+            try:
+                closed = self.aggregator.add((record,))
+            except Exception:
+                self._count_internal_error("could not aggregate a record")
+                closed = []
+            if closed:
+                self.writers.write(segment)
+                self.writers.write_windows(closed)
+                segment = []
+            segment.append(record)
+        self.writers.write(segment)
+
+    def _count_internal_error(self, what: str) -> None:
+        self._internal_errors += 1
+        if self._internal_errors == 1:
+            _log.warning("%s; further such errors are not printed", what, exc_info=True)
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved = iter(self._resolve_tensors(batch))
@@ -207,6 +246,8 @@ class Pipeline:
                             value = next(resolved)
                         else:
                             value = plain_number(value)
+                elif type(value) is bool:  # the call-site fast path lets bools through as-is
+                    value = int(value)
                 values[name] = value
         return [record for record in records if record.values]
 
@@ -214,9 +255,7 @@ class Pipeline:
         try:
             return value.resolve()
         except Exception:
-            self._internal_errors += 1
-            if self._internal_errors == 1:
-                _log.warning("could not resolve the value of %r; skipped", name, exc_info=True)
+            self._count_internal_error(f"could not resolve the value of {name!r}; skipped")
             return None
 
     @staticmethod

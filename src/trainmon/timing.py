@@ -57,5 +57,3 @@ class Timer:
                 return func(*args, **kwargs)
 
         return timed
-
-

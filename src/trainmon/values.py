@@ -31,6 +31,8 @@ class Deferred(abc.ABC):
     @abc.abstractmethod
     def resolve(self) -> Number | None:
         """The number (None: nothing to record). Runs on the background thread."""
+
+
 _EXPECTED = "a bool, int, float, numpy scalar or single-element torch tensor"
 
 

@@ -52,7 +52,15 @@ def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.console import ConsoleWriter
 
     stream = sys.stderr if config.console.stream == "stderr" else None
-    return ConsoleWriter(config.steps_per_print, stream)
+    return ConsoleWriter(stream, total_steps=_total_steps(config))
+
+
+def _total_steps(config: TrainmonConfig) -> int | None:
+    """DeepSpeed's ``scheduler.params.total_num_steps``, when the config has one."""
+    scheduler = config.raw.get("scheduler")
+    params = scheduler.get("params") if isinstance(scheduler, dict) else None
+    total = params.get("total_num_steps") if isinstance(params, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) else None
 
 
 BACKENDS = (
@@ -70,7 +78,9 @@ def build_writers(config: TrainmonConfig, place: ProcessPlace) -> list[Writer]:
         if not getattr(config, backend.section).enabled:
             continue
         try:
-            writers.append(backend.build(config, place))
+            writer = backend.build(config, place)
+            writer.every = getattr(getattr(config, backend.section), "every", "step")
+            writers.append(writer)
         except MissingExtraError:
             raise
         except Exception as exc:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, Literal
 
+from trainmon.aggregate import WindowStats
 from trainmon.events import StepScalars
 from trainmon.logging import get_logger
 
@@ -18,10 +19,16 @@ _log = get_logger("writers")
 
 
 class Writer(abc.ABC):
-    """Base of every backend: ``write`` a batch, ``flush`` it durably, ``close`` idempotently."""
+    """Base of every backend: ``write`` a batch, ``flush`` it durably, ``close`` idempotently.
+
+    ``every`` says what ``write`` receives: each step's values (``"step"``), or one record of
+    window means per window (``"window"``). :meth:`write_windows` is an optional hook that
+    gets the full window statistics whatever ``every`` is.
+    """
 
     kind: ClassVar[str] = "writer"
     location: str = ""
+    every: Literal["step", "window"] = "step"
 
     @abc.abstractmethod
     def write(self, records: Sequence[StepScalars]) -> None:
@@ -34,6 +41,9 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
+
+    def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
+        """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
@@ -63,11 +73,26 @@ class WriterGroup:
         self._reported: set[int] = set()
 
     def write(self, records: Sequence[StepScalars]) -> None:
+        """Per-step records, to the writers that take every step."""
+        for writer in self.writers:
+            if writer.every == "step":
+                try:
+                    writer.write(records)
+                except Exception:
+                    self._failed(writer, "write")
+
+    def write_windows(self, windows: Sequence[WindowStats]) -> None:
+        """Completed windows to every writer's hook, and as means to ``every: window`` writers."""
+        means: list[StepScalars] | None = None
         for writer in self.writers:
             try:
-                writer.write(records)
+                writer.write_windows(windows)
+                if writer.every == "window":
+                    if means is None:
+                        means = [window.means() for window in windows]
+                    writer.write(means)
             except Exception:
-                self._failed(writer, "write")
+                self._failed(writer, "write_windows")
 
     def flush(self) -> None:
         for writer in self.writers:

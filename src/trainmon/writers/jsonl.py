@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainmon.aggregate import WindowStats
 from trainmon.events import StepScalars
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
@@ -61,6 +62,28 @@ class JsonlWriter(Writer):
             )
         if out.buffered > _FLUSH_AT_BYTES:
             out.flush()
+
+    def write_windows(self, windows: Sequence[WindowStats]) -> None:
+        for window in windows:
+            stats = {
+                name: encode_values(
+                    {"count": m.count, "mean": m.mean, "min": m.min, "max": m.max, "last": m.last}
+                )
+                for name, m in window.metrics.items()
+            }
+            self._file.write(
+                encode_line(
+                    {
+                        "v": SCHEMA_VERSION,
+                        "kind": "window",
+                        "first_step": window.first_step,
+                        "last_step": window.last_step,
+                        "start_time": window.start_time,
+                        "end_time": window.end_time,
+                        "stats": stats,
+                    }
+                )
+            )
 
     def flush(self) -> None:
         self._file.flush()

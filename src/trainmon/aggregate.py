@@ -1,0 +1,159 @@
+"""Per-window statistics of every metric: count, mean, min, max and last.
+
+A window covers the steps ``((k-1)·N, k·N]`` for ``N = window_steps`` (so with
+``steps_per_print = 50`` the windows end at steps 50, 100, ...), or a span of wall time when
+``window_seconds`` is set. A window is closed when a record of a later window arrives, when
+the background thread finds it idle on its last step, or when the monitor closes.
+
+``mean`` is NaN (or ±Inf) when any value in the window was; ``min`` and ``max`` are taken over
+the finite values only (they are the last value when none was finite).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from trainmon.events import Number, StepScalars
+
+
+@dataclass(frozen=True, slots=True)
+class MetricStats:
+    """One metric over one window."""
+
+    count: int
+    mean: float
+    min: Number
+    max: Number
+    last: Number
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Every metric's statistics over one window of steps."""
+
+    first_step: int
+    last_step: int
+    start_time: float
+    end_time: float
+    metrics: Mapping[str, MetricStats]
+
+    def means(self) -> StepScalars:
+        """The window as one record of means at its last step (for ``every: window`` writers)."""
+        return StepScalars(
+            self.last_step, self.end_time, {name: s.mean for name, s in self.metrics.items()}
+        )
+
+
+class _Running:
+    """Mutable accumulator for one metric (kept off the public surface)."""
+
+    __slots__ = ("count", "last", "max", "min", "total")
+
+    def __init__(self, value: Number) -> None:
+        self.count = 1
+        self.total = value
+        self.last = value
+        finite = value - value == 0
+        self.min: Number = value if finite else math.inf
+        self.max: Number = value if finite else -math.inf
+
+    def add(self, value: Number) -> None:
+        self.count += 1
+        self.total += value
+        self.last = value
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+
+    def freeze(self) -> MetricStats:
+        finite = self.min <= self.max
+        return MetricStats(
+            self.count,
+            self.total / self.count,
+            self.min if finite else self.last,
+            self.max if finite else self.last,
+            self.last,
+        )
+
+
+class WindowAggregator:
+    """Folds per-step records into windows; returns each window once it is complete."""
+
+    def __init__(self, window_steps: int, window_seconds: float | None = None) -> None:
+        self.window_steps = window_steps
+        self.window_seconds = window_seconds
+        self._window_id: int | None = None
+        self._running: dict[str, _Running] = {}
+        self._first_step = 0
+        self._last_step = 0
+        self._start_time = 0.0
+        self._end_time = 0.0
+        self._closed_step: int | None = None
+
+    def _id_of(self, record: StepScalars) -> int:
+        if self.window_seconds is not None:
+            if self._window_id is None:
+                return 0
+            elapsed = record.wall_time - self._start_time
+            return self._window_id + (1 if elapsed >= self.window_seconds else 0)
+        if self._window_id is None and record.step == self._closed_step:
+            return -(-record.step // self.window_steps) + 1  # late values of a closed window's step
+        return -(-record.step // self.window_steps)
+
+    def add(self, records: Sequence[StepScalars]) -> list[WindowStats]:
+        """Account ``records``; return the windows they completed, in order."""
+        done: list[WindowStats] = []
+        for record in records:
+            window_id = self._id_of(record)
+            if self._window_id is not None and window_id != self._window_id:
+                done.append(self._close())
+            if self._window_id is None:
+                self._window_id = window_id
+                self._first_step = record.step
+                self._start_time = record.wall_time
+            self._last_step = record.step
+            self._end_time = record.wall_time
+            running = self._running
+            for name, value in record.values.items():
+                stat = running.get(name)
+                if stat is None:
+                    running[name] = _Running(value)
+                elif value - value == 0:
+                    stat.add(value)
+                else:  # NaN/Inf: counted and carried into the mean, kept out of min/max
+                    stat.count += 1
+                    stat.total += value
+                    stat.last = value
+        return done
+
+    def close_if_complete(self, now: float) -> WindowStats | None:
+        """Close the open window when it has reached its last step (or its time is up)."""
+        if self._window_id is None:
+            return None
+        if self.window_seconds is not None:
+            if now - self._start_time >= self.window_seconds:
+                return self._close()
+            return None
+        if self._last_step % self.window_steps == 0:
+            return self._close()
+        return None
+
+    def close(self) -> WindowStats | None:
+        """Close the open (possibly partial) window, at shutdown."""
+        return self._close() if self._window_id is not None else None
+
+    def _close(self) -> WindowStats:
+        stats = WindowStats(
+            self._first_step,
+            self._last_step,
+            self._start_time,
+            self._end_time,
+            {name: running.freeze() for name, running in self._running.items()},
+        )
+        self._running = {}
+        self._window_id = None
+        self._closed_step = self._last_step
+        return stats
