@@ -117,7 +117,21 @@ class PipelineConfig:
         "Steps per aggregation window; null means steps_per_print.", default=None
     )
     window_seconds: float | None = _doc(
-        "Close a window after this many seconds instead of a number of steps.", default=None
+        "Close a window after this many seconds instead of a number of steps "
+        "(windows then differ between ranks, so cross-rank statistics are off).",
+        default=None,
+    )
+    per_rank_output: bool = _doc(
+        "Every rank writes, each into <output_path>/<job_name>/rank-<r>/.", default=False
+    )
+    cross_rank: Literal["auto", "on", "off"] = _doc(
+        'Gather per-rank window statistics on rank 0 (one collective per window); "auto" '
+        "turns it on under trainmon.initialize, where every rank logs every step.",
+        default="auto",
+    )
+    collective_timeout_s: float = _doc(
+        "Longest wait for other ranks in a monitoring collective before giving up on it.",
+        default=60.0,
     )
 
 
@@ -283,7 +297,7 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
-    for name in ("full_wait_s", "flush_interval_s", "window_seconds"):
+    for name in ("full_wait_s", "flush_interval_s", "window_seconds", "collective_timeout_s"):
         value = getattr(pipeline, name)
         if value is not None and (not value >= 0 or value == float("inf")):
             raise ConfigError(

@@ -1,4 +1,4 @@
-"""Which process this is: rank and world size, decided once.
+"""Which process this is (rank and world size, decided once), and statistics across ranks.
 
 Order: ``torch.distributed`` when it is already imported and initialised; else the launcher's
 environment variables ``RANK``/``WORLD_SIZE`` (torchrun, DeepSpeed), ``OMPI_COMM_WORLD_RANK``/
@@ -8,10 +8,19 @@ environment variables ``RANK``/``WORLD_SIZE`` (torchrun, DeepSpeed), ``OMPI_COMM
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from trainmon.aggregate import WindowStats
+from trainmon.events import Number
+from trainmon.logging import get_logger
+
+_log = get_logger("distributed")
 
 _ENV_PAIRS = (
     ("RANK", "WORLD_SIZE"),
@@ -47,3 +56,143 @@ def discover(env: Mapping[str, str] | None = None) -> ProcessPlace:
 def writes_on(place: ProcessPlace) -> bool:
     """The default rank policy: only rank 0 writes."""
     return place.rank == 0
+
+
+def writes_on_rank(place: ProcessPlace, per_rank_output: bool) -> bool:
+    """Rank 0 writes; with per-rank output every rank does (each into its own folder)."""
+    return per_rank_output or writes_on(place)
+
+
+# ---- cross-rank statistics ------------------------------------------------------------------
+
+#: The per-rank window statistics gathered on rank 0: (metric, which window statistic).
+REDUCED_METRICS: tuple[tuple[str, str], ...] = (
+    ("perf/step_time_ms", "mean"),
+    ("perf/forward_ms", "mean"),
+    ("perf/backward_ms", "mean"),
+    ("perf/optimizer_ms", "mean"),
+    ("perf/comm_ms", "mean"),
+    ("perf/data_ms", "mean"),
+    ("perf/samples_per_sec", "mean"),
+    ("perf/tokens_per_sec", "mean"),
+    ("perf/tflops", "mean"),
+    ("mem/allocated_mb", "last"),
+    ("mem/peak_allocated_mb", "max"),
+    ("mem/reserved_mb", "last"),
+    ("mem/rss_mb", "last"),
+    ("mem/peak_rss_mb", "max"),
+)
+#: Sums over ranks: the job's measured throughput.
+JOB_TOTALS = (
+    ("perf/samples_per_sec", "perf/job_samples_per_sec"),
+    ("perf/tokens_per_sec", "perf/job_tokens_per_sec"),
+)
+
+
+def busy_ms(stats: Mapping[str, Any]) -> float:
+    """Time a rank spent outside collectives per step: step time minus communication wait.
+
+    In synchronous data parallelism every rank's step time comes out alike, because the fast
+    ranks wait for the slow one inside the gradient all-reduce; the slowest rank is the one
+    with the most time *outside* collectives.
+    """
+    step = stats.get("perf/step_time_ms")
+    if step is None:
+        return math.nan
+    comm = stats.get("perf/comm_ms")
+    return float(step.mean) - (float(comm.mean) if comm is not None else 0.0)
+
+
+def pack_window(window: WindowStats) -> list[float]:
+    """One rank's row: [last_step, busy_ms, each REDUCED_METRICS statistic or NaN]."""
+    metrics = window.metrics
+    row = [float(window.last_step), busy_ms(metrics)]
+    for name, stat in REDUCED_METRICS:
+        found = metrics.get(name)
+        row.append(math.nan if found is None else float(getattr(found, stat)))
+    return row
+
+
+def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
+    """Cross-rank metrics from every rank's row (row index = rank).
+
+    ``<name>/min``, ``<name>/mean``, ``<name>/max`` and ``<name>/argmax_rank`` for each metric
+    some rank reported; ``perf/job_*`` sums; ``perf/straggler_ratio`` (slowest rank's busy time
+    over the median rank's) and ``perf/slowest_rank``.
+    """
+    out: dict[str, Number] = {}
+    for column, (name, _) in enumerate(REDUCED_METRICS, start=2):
+        present = [
+            (row[column], rank) for rank, row in enumerate(rows) if row[column] == row[column]
+        ]
+        if not present:
+            continue
+        values = [v for v, _ in present]
+        top_value, top_rank = max(present)
+        out[f"{name}/min"] = min(values)
+        out[f"{name}/mean"] = sum(values) / len(values)
+        out[f"{name}/max"] = top_value
+        out[f"{name}/argmax_rank"] = top_rank
+        for source, total in JOB_TOTALS:
+            if source == name:
+                out[total] = sum(values)
+    busy = [(row[1], rank) for rank, row in enumerate(rows) if row[1] == row[1]]
+    if busy:
+        median = statistics.median(v for v, _ in busy)
+        slowest_value, slowest_rank = max(busy)
+        out["perf/slowest_rank"] = slowest_rank
+        if median > 0:
+            out["perf/straggler_ratio"] = slowest_value / median
+    return out
+
+
+class CrossRankReducer:
+    """Gathers every rank's window row on rank 0: one small ``gather`` per window.
+
+    Uses its own gloo process group (created once, on the training thread, by every rank), so
+    it runs on the CPU from the background thread and never touches the training stream. A
+    rank that does not answer within ``timeout_s`` (crashed, hung, or logging other steps)
+    ends cross-rank statistics with one clear error; training is not affected.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        self._dist = dist
+        self.timeout_s = timeout_s
+        self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.disabled = False
+        self._warned_steps = False
+
+    def __call__(self, window: WindowStats) -> dict[str, Number] | None:
+        """This window's cross-rank metrics on rank 0; None elsewhere or once disabled."""
+        if self.disabled:
+            return None
+        import torch
+
+        mine = torch.tensor(pack_window(window), dtype=torch.float64)
+        rows = [torch.empty_like(mine) for _ in range(self.world_size)] if self.rank == 0 else None
+        try:
+            self._dist.gather(mine, rows, dst=0, group=self._group)
+        except Exception as exc:
+            self.disabled = True
+            _log.error(
+                "cross-rank statistics stopped: not every rank answered within %.0f s (a rank "
+                "crashed, hung, or logs different steps): %s. Training carries on; per-rank "
+                "statistics are still written.",
+                self.timeout_s,
+                exc,
+            )
+            return None
+        if rows is None:
+            return None
+        table = [row.tolist() for row in rows]
+        steps = {row[0] for row in table}
+        if len(steps) > 1 and not self._warned_steps:
+            self._warned_steps = True
+            _log.warning("ranks closed windows at different steps %s; are they in step?", steps)
+        return summarise_ranks(table)

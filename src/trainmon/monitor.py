@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -13,8 +14,8 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from trainmon.aggregate import WindowAggregator
-from trainmon.config import ConfigSource, load_config
-from trainmon.distributed import ProcessPlace, discover, writes_on
+from trainmon.config import ConfigSource, TrainmonConfig, load_config
+from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Pipeline
 from trainmon.timing import Timer
@@ -33,6 +34,9 @@ class Monitor:
     two-element tuples use :attr:`step`. Only rank 0 writes by default (decided once, here);
     other ranks queue nothing to any file. Values may be Python numbers, numpy scalars or
     single-element tensors on any device: tensors are read in the background, never here.
+
+    ``all_ranks_log=True`` promises that every rank logs the same steps (``trainmon.initialize``
+    does); with ``trainmon.cross_rank: "auto"`` it turns on cross-rank window statistics.
     """
 
     def __init__(
@@ -41,17 +45,20 @@ class Monitor:
         *,
         place: ProcessPlace | None = None,
         writers: Sequence[Writer] | None = None,
+        all_ranks_log: bool = False,
     ) -> None:
         self.config = load_config(config)
         self.place = place or discover()
-        if writers is None:
-            writers = build_writers(self.config, self.place) if writes_on(self.place) else []
         pipeline_config = self.config.trainmon
+        if writers is None:
+            writes = writes_on_rank(self.place, pipeline_config.per_rank_output)
+            writers = build_writers(self.config, self.place) if writes else []
         aggregator = WindowAggregator(
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator)
+        reducer = _cross_rank_reducer(self.config, all_ranks_log)
+        self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
@@ -197,6 +204,23 @@ class Monitor:
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
+
+
+def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:
+    """A reducer when statistics across ranks are wanted and possible, else None."""
+    setting = config.trainmon.cross_rank
+    if setting == "off" or (setting == "auto" and not all_ranks_log):
+        return None
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() < 2:
+        return None
+    if config.trainmon.window_seconds is not None:
+        _log.warning("cross-rank statistics need step windows; window_seconds turns them off")
+        return None
+    return CrossRankReducer(config.trainmon.collective_timeout_s)
 
 
 # ---- process exit: atexit and SIGTERM flush everything ---------------------------------------

@@ -16,10 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from trainmon.aggregate import WindowAggregator
+from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
@@ -30,6 +31,8 @@ _log = get_logger("pipeline")
 
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
 Entry = tuple[Any, Any, Sequence[Item], bool]
+#: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
+WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
 DROPPED_METRIC = "trainmon/dropped_events"
 WRITER_ERRORS_METRIC = "trainmon/writer_errors"
@@ -45,9 +48,11 @@ class Pipeline:
         writers: WriterGroup,
         config: PipelineConfig | None = None,
         aggregator: WindowAggregator | None = None,
+        reducer: WindowReducer | None = None,
     ) -> None:
         self.config = config or PipelineConfig()
         self.writers = writers
+        self.reducer = reducer
         self.aggregator = aggregator or WindowAggregator(
             self.config.window_steps or 10, self.config.window_seconds
         )
@@ -147,8 +152,9 @@ class Pipeline:
                 next_flush = now + flush_every
             if stopping and not self._queue:
                 break
-        self._emit_counters()
         self._close_window(final=True)
+        self.writers.flush()  # so errors of this last flush are counted before closing
+        self._emit_counters()
         self.writers.close()
 
     def _drain(self) -> None:
@@ -183,6 +189,22 @@ class Pipeline:
             self._count_internal_error("could not close a window")
             return
         if window is not None:
+            self._publish([window])
+
+    def _publish(self, windows: Sequence[WindowStats]) -> None:
+        """Completed windows to the writers, with cross-rank metrics added where there are any."""
+        for window in windows:
+            extra = None
+            if self.reducer is not None:
+                try:
+                    extra = self.reducer(window)
+                except Exception:
+                    self._count_internal_error("cross-rank reduction failed")
+            if extra:
+                self.writers.write([StepScalars(window.last_step, window.end_time, dict(extra))])
+                merged = dict(window.metrics)
+                merged.update((k, MetricStats(1, float(v), v, v, v)) for k, v in extra.items())
+                window = replace(window, metrics=merged)
             self.writers.write_windows([window])
 
     def _emit(self, batch: list[Entry]) -> None:
@@ -205,7 +227,7 @@ class Pipeline:
                 closed = []
             if closed:
                 self.writers.write(segment)
-                self.writers.write_windows(closed)
+                self._publish(closed)
                 segment = []
             segment.append(record)
         self.writers.write(segment)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from trainmon.config import TrainmonConfig
+from trainmon.config import OutputSection, TrainmonConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.errors import MissingExtraError
 from trainmon.logging import get_logger
@@ -29,23 +30,30 @@ class _Backend:
     where: Callable[[TrainmonConfig], str]
 
 
+def output_dir(config: TrainmonConfig, section: OutputSection, place: ProcessPlace) -> Path:
+    """``<output_path>/<job_name>``, plus ``rank-<r>`` when every rank writes its own output."""
+    base = section.run_dir()
+    return base / f"rank-{place.rank}" if config.trainmon.per_rank_output else base
+
+
 def _tensorboard(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.tensorboard import TensorBoardWriter
 
-    return TensorBoardWriter(config.tensorboard.run_dir())
+    return TensorBoardWriter(output_dir(config, config.tensorboard, place))
 
 
 def _csv(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.csv import CsvWriter
 
-    return CsvWriter(config.csv_monitor.run_dir())
+    return CsvWriter(output_dir(config, config.csv_monitor, place))
 
 
 def _jsonl(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.jsonl import JsonlWriter
 
     section = config.jsonl
-    return JsonlWriter(section.run_dir(), section.job_name, place.rank, place.world_size)
+    directory = output_dir(config, section, place)
+    return JsonlWriter(directory, section.job_name, place.rank, place.world_size)
 
 
 def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:
