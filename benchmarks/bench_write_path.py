@@ -581,7 +581,7 @@ def work_tensor_check(steps: int, folder: Path) -> dict[str, Any]:
 # ---- where write_events spends its time ----------------------------------------------------------
 
 
-def work_breakdown(steps: int, repeats: int) -> dict[str, Any]:
+def work_breakdown(steps: int, repeats: int, folder: Path) -> dict[str, Any]:
     """Thread CPU per call of each piece of the hot path, measured separately (no writers)."""
     import trainmon
 
@@ -679,7 +679,97 @@ def work_breakdown(steps: int, repeats: int) -> dict[str, Any]:
     per_call["  rest: call, per-item checks, entry tuple (by difference)"] = max(
         0.0, tuple_call - known
     )
-    return {"steps": steps, "loop_overhead_ns_per_call": base, "ns_per_call": per_call}
+    return {
+        "steps": steps,
+        "loop_overhead_ns_per_call": base,
+        "ns_per_call": per_call,
+        "background_ns_per_scalar": background_pieces(repeats, folder),
+        "idle": idle_cost(),
+    }
+
+
+def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
+    """Thread CPU per scalar of each background stage, called directly on batches of 256 steps.
+
+    No thread, no wake-ups, no GIL hand-offs: the marginal cost of the work itself.
+    """
+    import trainmon
+    from trainmon.events import StepScalars
+    from trainmon.writers.csv import CsvWriter
+    from trainmon.writers.jsonl import JsonlWriter
+    from trainmon.writers.tensorboard import TensorBoardWriter
+
+    batch_steps = 256
+    rows = float_rows()
+    now = time.time()
+    entries = [
+        (now, s, tuple(zip(NAMES, rows[s & ROWS_MASK], strict=True)), False)
+        for s in range(batch_steps)
+    ]
+    records = [StepScalars(s, now, dict(e[2])) for s, e in enumerate(entries)]
+    scalars = batch_steps * PER_STEP
+    reps = 200
+    out: dict[str, float] = {}
+
+    def timed(fn: Callable[[], None]) -> float:
+        fn()
+        runs = []
+        for _ in range(repeats):
+            gc.collect()
+            t0 = time.thread_time_ns()
+            for _ in range(reps):
+                fn()
+            runs.append(time.thread_time_ns() - t0)
+        return statistics.median(runs) / (reps * scalars)
+
+    monitor = trainmon.Monitor({"console": {"enabled": False}}, writers=[])
+    pipeline = getattr(monitor, "_pipeline", None)
+    to_records = getattr(pipeline, "_records", None)
+    if to_records is not None:
+        out["Pipeline._records (entries -> StepScalars)"] = timed(lambda: to_records(entries))
+    monitor.close()
+    writers: list[tuple[str, Any]] = [
+        ("TensorBoardWriter.write", TensorBoardWriter(folder / "tb")),
+        ("JsonlWriter.write", JsonlWriter(folder / "jsonl")),
+        ("CsvWriter.write", CsvWriter(folder / "csv")),
+    ]
+    for label, writer in writers:
+        out[label] = timed(lambda w=writer: w.write(records))
+        writer.close()
+    return out
+
+
+def idle_cost(seconds: float = 2.0) -> dict[str, float]:
+    """Background CPU per second of wall time with nothing logged (ms/s)."""
+    import trainmon
+
+    def per_second() -> float:
+        p0 = time.process_time_ns()
+        t0 = time.thread_time_ns()
+        w0 = time.perf_counter()
+        deadline = w0 + seconds
+        while time.perf_counter() < deadline:
+            time.sleep(0.001)  # a training loop that is busy elsewhere (GIL released)
+        background = (time.process_time_ns() - p0) - (time.thread_time_ns() - t0)
+        return max(0.0, background / 1e6 / (time.perf_counter() - w0))
+
+    out = {"nothing running": per_second()}
+    stop = threading.Event()
+
+    def waiter() -> None:
+        while not stop.wait(0.05):
+            pass
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    out["bare thread looping on Event.wait(0.05)"] = per_second()
+    stop.set()
+    thread.join()
+    with tempfile.TemporaryDirectory() as tmp:
+        monitor = trainmon.Monitor(trainmon_config(Path(tmp), ("tensorboard", "jsonl"), 200_000))
+        out["open trainmon Monitor (TB+JSONL), nothing logged"] = per_second()
+        monitor.close()
+    return out
 
 
 # ---- memory ------------------------------------------------------------------------------------
@@ -869,6 +959,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     try:
         with open("/proc/cpuinfo") as f:
@@ -957,6 +1048,12 @@ def print_extras(tensor: dict[str, Any] | None, breakdown: dict[str, Any] | None
             )
             for name, ns in breakdown["ns_per_call"].items():
                 print(f"  {name:<62} {ns:7.0f} ns/call  {ns / PER_STEP:6.1f} ns/scalar")
+            print("\n## Background stages alone: thread CPU per scalar, batches of 256 steps")
+            for name, ns in breakdown["background_ns_per_scalar"].items():
+                print(f"  {name:<62} {ns:7.0f} ns/scalar")
+            print("\n## Idle cost: CPU of other threads per second, main thread sleeping 1 ms")
+            for name, ms in breakdown["idle"].items():
+                print(f"  {name:<62} {ms:7.2f} ms/s")
 
 
 def main_benchmark(args: argparse.Namespace) -> int:
@@ -1026,10 +1123,17 @@ def main_benchmark(args: argparse.Namespace) -> int:
                     str(max(100, args.scalars // PER_STEP)),
                     "--repeats",
                     str(args.repeats),
+                    "--folder",
+                    str(base / "breakdown"),
                 ]
             )
             print_extras(tensor, breakdown)
 
+        load = os.getloadavg()[0]
+        info["loadavg_1m_at_end"] = round(load, 2)
+        print(f"\n1-minute load average at the end: {load:.2f}")
+        if max(load, info["loadavg_1m"]) > 0.5 * (os.cpu_count() or 1):
+            print("WARNING: the machine was busy with other work; CPU times are inflated.")
         targets = check_targets(rows)
         print("\n## Targets")
         for t in targets:
@@ -1162,7 +1266,7 @@ def main_worker(args: argparse.Namespace) -> int:
         elif args.worker == "tensor_check":
             result = work_tensor_check(args.steps, folder)
         elif args.worker == "breakdown":
-            result = work_breakdown(args.steps, args.repeats)
+            result = work_breakdown(args.steps, args.repeats, folder)
         elif args.worker == "memory":
             result = work_memory(args.steps, 100_000, folder)
         else:

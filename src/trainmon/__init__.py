@@ -5,6 +5,7 @@ imports its SDK only when it is enabled.
 """
 
 from trainmon.config import TrainmonConfig, load_config
+from trainmon.engine import TrainmonEngine, initialize
 from trainmon.errors import ConfigError, MissingExtraError, TrainmonError
 from trainmon.events import StepScalars
 from trainmon.journal import read_journal
@@ -19,9 +20,11 @@ __all__ = [
     "NullWriter",
     "StepScalars",
     "TrainmonConfig",
+    "TrainmonEngine",
     "TrainmonError",
     "Writer",
     "__version__",
+    "initialize",
     "load_config",
     "read_journal",
 ]

@@ -118,7 +118,8 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
 
     ``<name>/min``, ``<name>/mean``, ``<name>/max`` and ``<name>/argmax_rank`` for each metric
     some rank reported; ``perf/job_*`` sums; ``perf/straggler_ratio`` (slowest rank's busy time
-    over the median rank's) and ``perf/slowest_rank``.
+    over the median rank's, the lower median for an even count, so with two ranks it is slow
+    over fast) and ``perf/slowest_rank``.
     """
     out: dict[str, Number] = {}
     for column, (name, _) in enumerate(REDUCED_METRICS, start=2):
@@ -138,7 +139,7 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
                 out[total] = sum(values)
     busy = [(row[1], rank) for rank, row in enumerate(rows) if row[1] == row[1]]
     if busy:
-        median = statistics.median(v for v, _ in busy)
+        median = statistics.median_low(v for v, _ in busy)  # 2 ranks: slow over fast
         slowest_value, slowest_rank = max(busy)
         out["perf/slowest_rank"] = slowest_rank
         if median > 0:

@@ -49,13 +49,17 @@ class RssProbe(Deferred):
 
 
 class PeakRssProbe(Deferred):
-    """``mem/peak_rss_mb`` read when resolved, on the background thread."""
+    """``mem/peak_rss_mb`` read when resolved, on the background thread.
+
+    The kernel updates its high-water mark lazily, so the current RSS is taken into account:
+    the peak is never below ``mem/rss_mb``.
+    """
 
     __slots__ = ()
 
     def resolve(self) -> float:
         """The peak resident set size so far, in MiB."""
-        return peak_rss_mb()
+        return max(peak_rss_mb(), rss_mb())
 
 
 RSS_PROBE = RssProbe()
@@ -99,6 +103,10 @@ def total_grad_norm(grads: Sequence[Any], same_device_and_dtype: bool) -> Any:
     if not grads:
         return torch.zeros(())
     if same_device_and_dtype:
+        if grads[0].dtype in (torch.float16, torch.bfloat16):  # add up in fp32: no overflow
+            return torch.linalg.vector_norm(
+                torch.stack(torch._foreach_norm(grads, 2, torch.float32))
+            )
         return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)
     if get_total_norm is not None:

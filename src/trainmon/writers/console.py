@@ -27,6 +27,9 @@ _BREAKDOWN = (
     ("data", "perf/data_ms"),
 )
 _COUNTERS = ("trainmon/dropped_events", "trainmon/writer_errors")
+_CROSS_RANK_SUFFIXES = ("/min", "/mean", "/max", "/argmax_rank", "_rank", "straggler_ratio")
+#: The console names the slowest rank when its busy time is this many times the median's.
+STRAGGLER_SHOWN_AT = 1.2
 
 
 def format_value(value: Number) -> str:
@@ -81,8 +84,11 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
             parts.append(f"{label} {fmt(value)}")
     for name, unit in (("perf/samples_per_sec", "samples/s"), ("perf/tokens_per_sec", "tokens/s")):
         value = take(name)
+        job = take(name.replace("perf/", "perf/job_"), "last")
         if value is not None:
-            parts.append(f"{format_value(value)} {unit}")
+            parts.append(
+                f"{format_value(value)} {unit}" + (f" (job {format_value(job)})" if job else "")
+            )
     tflops, mfu = take("perf/tflops"), take("perf/mfu")
     if tflops is not None:
         parts.append(f"{tflops:.1f} TFLOPS" + (f" (MFU {mfu:.1%})" if mfu is not None else ""))
@@ -100,12 +106,16 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
         now, peak = rss, peak_rss
     if now is not None:
         parts.append(f"mem {_memory(now)}" + (f" (peak {_memory(peak)})" if peak else ""))
+    ratio = take("perf/straggler_ratio", "last")
+    slowest = take("perf/slowest_rank", "last")
+    if ratio is not None and slowest is not None and ratio >= STRAGGLER_SHOWN_AT:
+        parts.append(f"slowest rank {int(slowest)} ({ratio:.2f}x median busy time)")
     for name in _COUNTERS:
         value = take(name, "last")
         if value:
             parts.append(f"{name.split('/')[-1].replace('_', ' ')} {int(value)}")
     for name, stats in metrics.items():
-        if name not in used:
+        if name not in used and not name.endswith(_CROSS_RANK_SUFFIXES):
             parts.append(f"{name} {format_value(stats.mean)}")
     return " | ".join(parts)
 

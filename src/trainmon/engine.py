@@ -1,0 +1,961 @@
+"""``trainmon.initialize``: DeepSpeed's engine API for a plain PyTorch model, monitored by itself.
+
+::
+
+    model, optimizer, _, _ = trainmon.initialize(model=net, model_parameters=net.parameters(),
+                                                 config=ds_config)
+    for batch in loader:
+        loss = model(batch)      # timed forward (autocast with fp16 / bf16)
+        model.backward(loss)     # loss / gradient_accumulation_steps, then backward, timed
+        model.step()             # optimizer step at accumulation boundaries, timed, logged
+
+At every optimizer step the engine enqueues, in one call, ``train/loss`` (the mean of the
+step's micro-batch losses), ``train/lr``, ``train/grad_norm``, ``perf/step_time_ms``,
+``perf/samples_per_sec``, ``mem/rss_mb``, ``mem/peak_rss_mb`` and, when configured,
+``perf/tokens_per_sec``, ``perf/tflops``, ``perf/mfu``, ``train/loss_scale``, the
+``wall_clock_breakdown`` parts (``perf/forward_ms``, ``perf/backward_ms``,
+``perf/optimizer_ms``, ``perf/comm_ms``, ``perf/data_ms``) and CUDA memory (``mem/...``).
+
+The training thread only reads ``perf_counter``, appends to lists, issues device operations and
+enqueues: tensors (loss, gradient norm, loss scale), CUDA event timings and ``/proc`` reads are
+turned into numbers on the monitor's background thread. torch is imported when an engine is
+built, never by ``import trainmon``.
+
+Differences from DeepSpeed, on purpose: the engine is not an ``nn.Module`` (attribute lookups
+fall through to the wrapped module); the model is not moved to a device (move it before
+``initialize``); fp16 is ``torch.autocast`` plus ``torch.amp.GradScaler`` with fp32 weights
+rather than an fp16 copy of the model; ZeRO and checkpointing are not provided.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import importlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from trainmon.config import ConfigSource, TrainmonConfig, load_config
+from trainmon.device_timing import SpanTimer, span_timers
+from trainmon.distributed import discover
+from trainmon.errors import ConfigError, TrainmonError
+from trainmon.extras import require
+from trainmon.logging import get_logger
+from trainmon.meters import (
+    PEAK_RSS_PROBE,
+    RSS_PROBE,
+    TensorMean,
+    cuda_alloc_retries,
+    cuda_memory_mb,
+    total_grad_norm,
+)
+from trainmon.monitor import Monitor
+from trainmon.throughput import mfu, peak_tflops_for, tflops
+
+if TYPE_CHECKING:
+    import torch
+
+_log = get_logger("engine")
+
+# Keyword arguments of ``deepspeed.initialize`` that trainmon accepts and does not need.
+_DEEPSPEED_KWARGS = frozenset(
+    {"args", "distributed_port", "mpu", "dist_init_required", "mesh_param", "config_params"}
+)
+_OPTIMIZER_TYPES = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
+_SCHEDULER_TYPES = {"warmuplr": "WarmupLR", "warmupdecaylr": "WarmupDecayLR"}
+
+
+class EngineUsageError(TrainmonError, RuntimeError):
+    """The engine was called in an order or with a value it cannot use; the message says the fix."""
+
+
+# ---- batch arithmetic ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchSizes:
+    """DeepSpeed's three batch numbers, consistent: ``train = micro * gas * world_size``."""
+
+    train_batch_size: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    world_size: int
+
+
+def resolve_batch_sizes(
+    train: int | None, micro: int | None, gas: int | None, world_size: int
+) -> BatchSizes:
+    """Fill in the missing batch numbers with DeepSpeed's rules, or raise showing the arithmetic.
+
+    Any two give the third; ``train_batch_size`` alone means one accumulation step; the micro
+    batch alone means one accumulation step; with neither batch size given the micro batch is 1
+    (``gradient_accumulation_steps`` alone keeps its value).
+    """
+    w = world_size
+    if train is None:
+        micro = 1 if micro is None else micro
+        gas = 1 if gas is None else gas
+        return BatchSizes(micro * gas * w, micro, gas, w)
+    if micro is not None and gas is not None:
+        if train != micro * gas * w:
+            raise ConfigError(
+                f"train_batch_size {train} != train_micro_batch_size_per_gpu {micro} * "
+                f"gradient_accumulation_steps {gas} * world_size {w} = {micro * gas * w}; "
+                f"change one of them so that the product matches, or leave one out and "
+                f"trainmon derives it"
+            )
+        return BatchSizes(train, micro, gas, w)
+    if micro is not None:
+        _check_divides(
+            train,
+            micro * w,
+            f"train_micro_batch_size_per_gpu {micro}",
+            w,
+            "gradient_accumulation_steps",
+        )
+        return BatchSizes(train, micro, train // (micro * w), w)
+    gas = 1 if gas is None else gas
+    what = f"gradient_accumulation_steps {gas}"
+    _check_divides(train, gas * w, what, w, "train_micro_batch_size_per_gpu")
+    return BatchSizes(train, train // (gas * w), gas, w)
+
+
+def _check_divides(train: int, divisor: int, what: str, w: int, derived: str) -> None:
+    if train % divisor == 0 and train >= divisor:
+        return
+    raise ConfigError(
+        f"train_batch_size {train} is not a multiple of {what} * world_size {w} = {divisor} "
+        f"({train} / {divisor} = {train / divisor:.4g}), so {derived} cannot be derived; "
+        f"make train_batch_size a multiple of {divisor} or give all three batch numbers"
+    )
+
+
+# ---- optimizer, scheduler and precision from the DeepSpeed config ----------------------------
+
+
+def build_optimizer(section: Any, params: Any) -> torch.optim.Optimizer:
+    """A torch optimizer from DeepSpeed's ``"optimizer": {"type": ..., "params": {...}}``.
+
+    As in DeepSpeed, ``"Adam"`` means decoupled weight decay (``torch.optim.AdamW``, weight decay
+    0 unless given) unless ``"adam_w_mode": false``; ``torch_adam`` is accepted and ignored.
+    """
+    import torch
+
+    if not isinstance(section, Mapping):
+        raise ConfigError(
+            f"'optimizer' = {section!r}: expected a mapping such as "
+            f'{{"type": "AdamW", "params": {{"lr": 0.001}}}}'
+        )
+    kind = section.get("type")
+    valid = ", ".join(_OPTIMIZER_TYPES.values())
+    if not isinstance(kind, str) or kind.lower() not in _OPTIMIZER_TYPES:
+        hint = difflib.get_close_matches(str(kind), list(_OPTIMIZER_TYPES.values()), n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(
+            f"'optimizer.type' = {kind!r}: expected one of {valid} (any case){extra}, "
+            f"or pass optimizer= to trainmon.initialize"
+        )
+    given = section.get("params", {})
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"'optimizer.params' = {given!r}: expected a mapping of arguments")
+    kwargs = dict(given)
+    name = _OPTIMIZER_TYPES[kind.lower()]
+    if name == "Adam":
+        kwargs.pop("torch_adam", None)
+        if kwargs.pop("adam_w_mode", True):
+            name = "AdamW"
+            kwargs.setdefault("weight_decay", 0.0)
+    try:
+        optimizer: torch.optim.Optimizer = getattr(torch.optim, name)(params, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"'optimizer.params' = {dict(given)!r}: torch.optim.{name} rejected them: {exc}"
+        ) from exc
+    return optimizer
+
+
+def build_scheduler(section: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """DeepSpeed's ``WarmupLR`` / ``WarmupDecayLR`` as a ``LambdaLR`` with the same learning rates.
+
+    The learning rate goes from ``warmup_min_lr`` to ``warmup_max_lr`` over ``warmup_num_steps``
+    (``warmup_type`` "log" or "linear"), then stays (WarmupLR) or falls linearly back to
+    ``warmup_min_lr`` at ``total_num_steps`` (WarmupDecayLR). Other types: pass lr_scheduler=.
+    """
+    import torch
+
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"'scheduler' = {section!r}: expected a mapping with 'type' and 'params'")
+    kind = section.get("type")
+    if not isinstance(kind, str) or kind.lower() not in _SCHEDULER_TYPES:
+        raise ConfigError(
+            f"'scheduler.type' = {kind!r}: trainmon builds {', '.join(_SCHEDULER_TYPES.values())}; "
+            f"for any other schedule pass lr_scheduler= (a scheduler or a function of the "
+            f"optimizer) to trainmon.initialize"
+        )
+    decay = _SCHEDULER_TYPES[kind.lower()] == "WarmupDecayLR"
+    given = dict(section.get("params", {}) or {})
+    known = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"}
+    known |= {"total_num_steps"} if decay else set()
+    unknown = sorted(set(given) - known - {"last_batch_iteration"})
+    if unknown:
+        raise ConfigError(
+            f"'scheduler.params' has unknown key(s) {unknown}; valid keys: {sorted(known)}"
+        )
+    low = float(given.get("warmup_min_lr", 0.0))
+    high = float(given.get("warmup_max_lr", 0.001))
+    warmup = int(given.get("warmup_num_steps", 1000))
+    log_warmup = given.get("warmup_type", "log") == "log"
+    if given.get("warmup_type", "log") not in ("log", "linear"):
+        raise ConfigError(
+            f"'scheduler.params.warmup_type' = {given['warmup_type']!r}: expected 'log' or 'linear'"
+        )
+    if decay and "total_num_steps" not in given:
+        raise ConfigError("'scheduler.params.total_num_steps' is required for WarmupDecayLR")
+    total = int(given.get("total_num_steps", 0))
+
+    def learning_rate(step: int) -> float:
+        if step < warmup:
+            gamma = math.log(step + 1) / math.log(max(warmup, 2)) if log_warmup else step / warmup
+        elif decay:
+            gamma = max(0.0, (total - step) / max(1.0, total - warmup))
+        else:
+            gamma = 1.0
+        return low + (high - low) * gamma
+
+    for group in optimizer.param_groups:
+        group["lr"] = 1.0  # LambdaLR multiplies the base rate: 1.0 makes the lambda absolute
+        group.pop("initial_lr", None)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Mixed precision read from DeepSpeed's ``fp16`` / ``bf16`` sections."""
+
+    autocast_dtype: Any = None  # torch.float16 / torch.bfloat16, or None for full precision
+    init_scale: float = 2.0**16
+    static_scale: float | None = None  # DeepSpeed's fp16.loss_scale > 0: a fixed scale
+    growth_interval: int = 1000
+
+
+def read_precision(raw: Mapping[str, Any]) -> Precision:
+    """fp16 → autocast(float16) with a GradScaler (``initial_scale_power``, ``loss_scale``,
+    ``loss_scale_window`` as in DeepSpeed; other fp16 keys are ignored); bf16 → autocast only."""
+    import torch
+
+    fp16 = _section(raw, "fp16")
+    bf16 = _section(raw, "bf16") or _section(raw, "bfloat16")
+    fp16_on = bool(fp16.get("enabled", False))
+    bf16_on = bool(bf16.get("enabled", False))
+    if fp16_on and bf16_on:
+        raise ConfigError("'fp16.enabled' and 'bf16.enabled' are both true: enable at most one")
+    if bf16_on:
+        return Precision(autocast_dtype=torch.bfloat16)
+    if not fp16_on:
+        return Precision()
+    power = fp16.get("initial_scale_power", 16)
+    scale = fp16.get("loss_scale", 0)
+    window = fp16.get("loss_scale_window", 1000)
+    for key, value in (("initial_scale_power", power), ("loss_scale", scale)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"'fp16.{key}' = {value!r}: expected a number >= 0")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError(f"'fp16.loss_scale_window' = {window!r}: expected an integer >= 1")
+    static = float(scale) if scale > 0 else None
+    return Precision(
+        autocast_dtype=torch.float16,
+        init_scale=static if static is not None else 2.0**power,
+        static_scale=static,
+        growth_interval=window,
+    )
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key!r} = {value!r}: expected a mapping such as {{'enabled': true}}")
+    return value
+
+
+# ---- the engine -------------------------------------------------------------------------------
+
+
+class TrainmonEngine:
+    """Wraps a model and its optimizer like DeepSpeed's engine and logs each step by itself.
+
+    ``engine(batch)`` runs the module, ``backward(loss)`` and ``step()`` do DeepSpeed's
+    accumulation, clipping and precision handling; every optimizer step enqueues the step's
+    metrics to :attr:`monitor` at step :attr:`global_steps`. Unknown attributes are looked up on
+    the wrapped :attr:`module`.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        config: TrainmonConfig,
+        batch: BatchSizes,
+        lr_scheduler: Any = None,
+        monitor: Monitor | None = None,
+        training_data: Any = None,
+        collate_fn: Callable[..., Any] | None = None,
+    ) -> None:
+        import torch
+
+        self.module = module
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.config = config
+        self._owns_monitor = monitor is None
+        self.monitor = Monitor(config) if monitor is None else monitor
+        self.global_steps = 0
+        self.global_samples = 0
+        self.micro_steps = 0
+        self._batch = batch
+        self._gas = batch.gradient_accumulation_steps
+        self._closed = False
+        first = next(iter(module.parameters()), None)
+        self.device: torch.device = first.device if first is not None else torch.device("cpu")
+        self._is_grad_enabled = torch.is_grad_enabled
+        self._tensor_type = torch.Tensor
+        self._clip_grad_norm = torch.nn.utils.clip_grad_norm_
+        self._clip = config.gradient_clipping
+
+        # precision
+        precision = read_precision(config.raw)
+        self._autocast: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+        self._scaler: Any = None
+        self._static_scale = precision.static_scale
+        if precision.autocast_dtype is not None:
+            self._autocast = self._autocast_factory(precision.autocast_dtype)
+            if precision.autocast_dtype is torch.float16:
+                self._scaler = self._grad_scaler(precision)
+
+        # distributed data parallelism, as DeepSpeed does it for a plain module
+        import torch.distributed as dist
+
+        dist_on = dist.is_available() and dist.is_initialized()
+        self.world_size = batch.world_size
+        self.global_rank = dist.get_rank() if dist_on else discover().rank
+        self._dp = dist_on and dist.get_world_size() > 1 and not _is_data_parallel(module)
+        if self._dp:
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(tensor.data, src=0)
+        elif batch.world_size > 1 and not dist_on:
+            _log.warning(
+                "world size %d but torch.distributed is not initialised: gradients are not "
+                "averaged across ranks; call torch.distributed.init_process_group() before "
+                "trainmon.initialize",
+                batch.world_size,
+            )
+
+        # what to log
+        self._breakdown = config.wall_clock_breakdown
+        timers = span_timers(self.device, 3) if self._breakdown else [None, None, None]
+        self._fwd_timer: SpanTimer | None = timers[0]
+        self._bwd_timer: SpanTimer | None = timers[1]
+        self._opt_timer: SpanTimer | None = timers[2]
+        self._comms: Any = self._start_comms(config, dist_on)
+        throughput = config.throughput
+        self._samples_per_step = batch.micro_batch_size * batch.gradient_accumulation_steps
+        self._tokens_per_sample = throughput.tokens_per_sample
+        self._flops_per_sample = throughput.flops_per_sample
+        self._peak_tflops = throughput.peak_tflops
+        on_cuda = self.device.type == "cuda"
+        if self._peak_tflops is None and on_cuda:
+            self._peak_tflops = peak_tflops_for(torch.cuda.get_device_name(self.device))
+        if self._flops_per_sample is not None and self._peak_tflops is None:
+            _log.info(
+                "perf/mfu is not logged: the peak TFLOPS of device %r is not known; set "
+                "throughput.peak_tflops to log it",
+                torch.cuda.get_device_name(self.device) if on_cuda else self.device.type,
+            )
+        self._cuda_memory = on_cuda
+        self._print_every = config.steps_per_print
+        self._names = self._metric_names(with_retries=False)
+        self._names_with_retries = self._metric_names(with_retries=on_cuda)
+
+        # per-step state
+        self._losses: list[Any] = []
+        self._forwarded = False
+        self._backward_since_step = False
+        self._step_applied = False
+        self._step_started: float | None = None
+        self._idle_since: float | None = None
+        self._data_s = 0.0
+        self._loader_timed = False
+        self._grad_norm: Any = None
+        self._grad_norm_float: float | None = None
+        self._params: list[Any] = []
+        self._uniform_grads = True
+        self._groups_seen = -1
+        self._refresh_params()
+        self.training_dataloader = (
+            None if training_data is None else self._dataloader(training_data, collate_fn)
+        )
+
+    # ---- DeepSpeed's training API (the hot path) ----------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the wrapped module (under autocast with fp16/bf16), timing it when training.
+
+        Calls made while gradients are disabled (evaluation under ``torch.no_grad()``) are
+        passed through untimed.
+        """
+        autocast = self._autocast
+        if not self._is_grad_enabled():
+            if autocast is None:
+                return self.module(*args, **kwargs)
+            with autocast():
+                return self.module(*args, **kwargs)
+        now = time.perf_counter()
+        if self._step_started is None:
+            self._step_started = now
+        idle = self._idle_since
+        if idle is not None:
+            self._idle_since = None
+            if not self._loader_timed:
+                self._data_s += now - idle
+        self._forwarded = True
+        timer = self._fwd_timer
+        if timer is not None:
+            timer.start()
+        try:
+            if autocast is None:
+                return self.module(*args, **kwargs)
+            with autocast():
+                return self.module(*args, **kwargs)
+        finally:
+            if timer is not None:
+                timer.stop()
+
+    __call__ = forward
+
+    def backward(self, loss: Any, retain_graph: bool = False, scale_wrt_gas: bool = True) -> Any:
+        """Backward of ``loss / gradient_accumulation_steps`` (times the fp16 loss scale).
+
+        Returns the loss as given. Raises :class:`EngineUsageError` for a loss that is not a
+        single-element tensor with a gradient, or when no forward ran since the last backward.
+        """
+        if not self._forwarded:
+            raise EngineUsageError(
+                "backward() was called before a forward pass: run loss = model(batch) through "
+                "the engine first (not model.module), then model.backward(loss)"
+            )
+        if not isinstance(loss, self._tensor_type) or loss.numel() != 1:
+            raise EngineUsageError(self._bad_loss_message(loss))
+        if not loss.requires_grad:
+            raise EngineUsageError(
+                "backward(loss): the loss does not require a gradient; was it computed under "
+                "torch.no_grad(), detached, or turned into a number? Pass the loss tensor "
+                "returned by the model"
+            )
+        self._forwarded = retain_graph
+        timer = self._bwd_timer
+        if timer is not None:
+            timer.start()
+        try:
+            self._losses.append(loss.detach())
+            scaled = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss
+            if self._scaler is not None:
+                scaled = self._scaler.scale(scaled)
+            scaled.backward(retain_graph=retain_graph)
+            if self._dp and (self.micro_steps + 1) % self._gas == 0:
+                self._allreduce_gradients()
+        finally:
+            if timer is not None:
+                timer.stop()
+        self._backward_since_step = True
+        self._idle_since = time.perf_counter()
+        return loss
+
+    def step(self, lr_kwargs: Mapping[str, Any] | None = None) -> None:
+        """Count a micro-batch; at an accumulation boundary clip, step the optimizer and the
+        scheduler, zero the gradients and log the step's metrics."""
+        if not self._backward_since_step:
+            raise EngineUsageError(
+                "step() was called without a backward() since the previous step(): call "
+                "model.backward(loss) once per micro-batch, then model.step()"
+                if self.micro_steps
+                else "step() was called before any backward(): call loss = model(batch) and "
+                "model.backward(loss) first"
+            )
+        self._backward_since_step = False
+        self._step_applied = (self.micro_steps + 1) % self._gas == 0
+        if self._step_applied:
+            self._optimizer_step(lr_kwargs)
+        self.micro_steps += 1
+        self._idle_since = time.perf_counter()
+
+    def _optimizer_step(self, lr_kwargs: Mapping[str, Any] | None) -> None:
+        timer = self._opt_timer
+        if timer is not None:
+            timer.start()
+        optimizer = self.optimizer
+        scaler = self._scaler
+        if len(optimizer.param_groups) != self._groups_seen:
+            self._refresh_params()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if self._clip > 0.0:
+            norm = self._clip_grad_norm(self._params, self._clip)
+        else:
+            grads = [p.grad for p in self._params if p.grad is not None]
+            norm = total_grad_norm(grads, self._uniform_grads)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update(self._static_scale)
+        else:
+            optimizer.step()
+        if self.lr_scheduler is not None:
+            if lr_kwargs:
+                self.lr_scheduler.step(**lr_kwargs)
+            else:
+                self.lr_scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if timer is not None:
+            timer.stop()
+        self.global_steps += 1
+        self.global_samples += self._batch.train_batch_size
+        self._grad_norm = norm
+        self._grad_norm_float = None
+        now = time.perf_counter()
+        started = self._step_started
+        step_s = now - started if started is not None else 0.0
+        self._step_started = now
+        monitor = self.monitor
+        monitor.step = self.global_steps
+        monitor._enqueue(self._step_items(norm, step_s), True)
+
+    def _step_items(self, norm: Any, step_s: float) -> tuple[tuple[str, Any], ...]:
+        """The step's ``(name, value)`` pairs, in the order of the precomputed names."""
+        losses = self._losses
+        self._losses = []
+        values: list[Any] = [
+            losses[0] if len(losses) == 1 else TensorMean(losses),
+            self.optimizer.param_groups[0]["lr"],
+            norm,
+            step_s * 1e3,
+        ]
+        samples_per_sec = self._samples_per_step / step_s if step_s > 0.0 else 0.0
+        values.append(samples_per_sec)
+        if self._tokens_per_sample is not None:
+            values.append(samples_per_sec * self._tokens_per_sample)
+        if self._flops_per_sample is not None:
+            achieved = tflops(samples_per_sec, self._flops_per_sample)
+            values.append(achieved)
+            if self._peak_tflops is not None:
+                values.append(mfu(achieved, self._peak_tflops))
+        if self._scaler is not None:
+            scale = getattr(self._scaler, "_scale", None)
+            values.append(scale.clone() if scale is not None else math.nan)
+        if self._breakdown:
+            values.append(self._fwd_timer.take())  # type: ignore[union-attr]
+            values.append(self._bwd_timer.take())  # type: ignore[union-attr]
+            values.append(self._opt_timer.take())  # type: ignore[union-attr]
+            values.append(self._comms.take_step_comm_ms() if self._comms is not None else 0.0)
+            values.append(self._data_s * 1e3)
+            self._data_s = 0.0
+        values.append(RSS_PROBE)
+        values.append(PEAK_RSS_PROBE)
+        names = self._names
+        if self._cuda_memory:
+            values.extend(cuda_memory_mb(self.device))
+            if self.global_steps % self._print_every == 0:
+                values.append(cuda_alloc_retries(self.device))
+                names = self._names_with_retries
+        return tuple(zip(names, values))
+
+    def _metric_names(self, with_retries: bool) -> tuple[str, ...]:
+        names = ["train/loss", "train/lr", "train/grad_norm", "perf/step_time_ms"]
+        names.append("perf/samples_per_sec")
+        if self._tokens_per_sample is not None:
+            names.append("perf/tokens_per_sec")
+        if self._flops_per_sample is not None:
+            names.append("perf/tflops")
+            if self._peak_tflops is not None:
+                names.append("perf/mfu")
+        if self._scaler is not None:
+            names.append("train/loss_scale")
+        if self._breakdown:
+            names += ["perf/forward_ms", "perf/backward_ms", "perf/optimizer_ms"]
+            names += ["perf/comm_ms", "perf/data_ms"]
+        names += ["mem/rss_mb", "mem/peak_rss_mb"]
+        if self._cuda_memory:
+            names += ["mem/allocated_mb", "mem/peak_allocated_mb", "mem/reserved_mb"]
+        if with_retries:
+            names.append("mem/alloc_retries")
+        return tuple(names)
+
+    # ---- DeepSpeed's accessors ------------------------------------------------------------
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        """True when the next ``step()`` steps the optimizer (DeepSpeed's definition)."""
+        return (self.micro_steps + 1) % self._gas == 0
+
+    def was_step_applied(self) -> bool:
+        """True when the last ``step()`` stepped the optimizer."""
+        return self._step_applied
+
+    def get_global_grad_norm(self) -> float | None:
+        """The gradient norm of the last optimizer step, before clipping; None before the first.
+
+        This reads the device value (a sync) when first asked for each step; the automatic
+        ``train/grad_norm`` metric never does.
+        """
+        if self._grad_norm is None:
+            return None
+        if self._grad_norm_float is None:
+            self._grad_norm_float = float(self._grad_norm)
+        return self._grad_norm_float
+
+    def get_lr(self) -> list[float]:
+        """The learning rate of each parameter group."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def train_batch_size(self) -> int:
+        """Samples per optimizer step across all ranks."""
+        return self._batch.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        """Samples per forward on this rank."""
+        return self._batch.micro_batch_size
+
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self._gas
+
+    def zero_grad(self) -> None:
+        """Drop the accumulated gradients (set them to None)."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def train(self, mode: bool = True) -> TrainmonEngine:
+        """Put the module in training mode (or evaluation mode with ``mode=False``)."""
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> TrainmonEngine:
+        """Put the module in evaluation mode."""
+        self.module.eval()
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: fall through to the module, like DeepSpeed.
+        module = self.__dict__.get("module")
+        if module is None:
+            raise AttributeError(name)
+        return getattr(module, name)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Log the collective summary, restore torch.distributed, close the engine's monitor.
+
+        A monitor passed to :func:`initialize` is left open for its owner. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        comms, self._comms = self._comms, None
+        if comms is not None:
+            try:
+                comms.log_summary()
+            finally:
+                comms.uninstall()
+        if self._owns_monitor:
+            self.monitor.close()
+
+    def __enter__(self) -> TrainmonEngine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<TrainmonEngine {type(self.module).__name__} step={self.global_steps} "
+            f"batch={self._batch.train_batch_size}={self._batch.micro_batch_size}"
+            f"x{self._gas}x{self._batch.world_size}>"
+        )
+
+    # ---- set-up helpers (off the hot path) -------------------------------------------------
+
+    def _refresh_params(self) -> None:
+        """Cache the optimizer's parameters; rebuilt when the number of groups changes."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self._params = params
+        self._groups_seen = len(self.optimizer.param_groups)
+        kinds = {(p.device, p.dtype) for p in params}
+        self._uniform_grads = len(kinds) <= 1
+
+    def _allreduce_gradients(self) -> None:
+        """Average gradients across ranks, one flat all-reduce per (device, dtype) group."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        groups: dict[tuple[Any, Any], list[torch.Tensor]] = {}
+        for p in self._params if self._params else self.module.parameters():
+            if p.grad is not None:
+                groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+        size = dist.get_world_size()
+        for grads in groups.values():
+            flat = _flatten_dense_tensors(grads)
+            dist.all_reduce(flat)
+            flat.div_(size)
+            for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+                grad.copy_(synced)
+
+    def _autocast_factory(self, dtype: Any) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        import torch
+
+        device_type = self.device.type
+        if not torch.amp.is_autocast_available(device_type):
+            raise ConfigError(
+                f"mixed precision ({dtype}) needs torch.autocast on {device_type!r}, which this "
+                f"torch does not support; turn fp16/bf16 off or move the model to a GPU"
+            )
+        return functools.partial(torch.autocast, device_type, dtype=dtype)
+
+    def _grad_scaler(self, precision: Precision) -> Any:
+        import torch
+
+        device_type = self.device.type
+        try:
+            scaler = torch.amp.GradScaler(
+                device_type,
+                init_scale=precision.init_scale,
+                growth_interval=precision.growth_interval,
+            )
+        except Exception as exc:
+            raise ConfigError(
+                f"fp16 needs torch.amp.GradScaler on {device_type!r}, which failed: {exc}; use "
+                f"bf16 or turn fp16 off"
+            ) from exc
+        if not scaler.is_enabled():
+            raise ConfigError(
+                f"fp16: torch.amp.GradScaler is not available on {device_type!r} here; use bf16 "
+                f"or turn fp16 off"
+            )
+        return scaler
+
+    def _start_comms(self, config: TrainmonConfig, dist_on: bool) -> Any:
+        """A collective logger when torch.distributed runs and someone wants its numbers."""
+        if not dist_on or not (config.wall_clock_breakdown or config.comms_logger.enabled):
+            return None
+        try:
+            comms_module = importlib.import_module("trainmon.comms")
+        except ImportError:
+            _log.info("collective timing is not available in this trainmon; perf/comm_ms is 0")
+            return None
+        comms = comms_module.CommsLogger(
+            config.comms_logger, self.monitor, record_stats=config.comms_logger.enabled
+        )
+        comms.install()
+        return comms
+
+    def _bad_loss_message(self, loss: Any) -> str:
+        if isinstance(loss, self._tensor_type):
+            return (
+                f"backward(loss): the loss is a tensor of shape {tuple(loss.shape)}; expected a "
+                f"single-element tensor: reduce it first, e.g. model.backward(loss.mean())"
+            )
+        return (
+            f"backward(loss): the loss is a {type(loss).__name__} ({loss!r:.60}); expected the "
+            f"scalar loss tensor returned by the forward pass (reduce with .mean() if needed)"
+        )
+
+    def _dataloader(self, dataset: Any, collate_fn: Callable[..., Any] | None) -> Any:
+        """A DataLoader of the micro batch size whose waits are measured as ``perf/data_ms``.
+
+        Shuffled like DeepSpeed: a ``DistributedSampler`` over the ranks when
+        torch.distributed is initialised (call ``loader.sampler.set_epoch(epoch)`` each epoch),
+        else a ``RandomSampler``. ``drop_last`` is false; no worker processes.
+        """
+        import torch.distributed as dist
+        from torch.utils.data import DistributedSampler, RandomSampler
+
+        sampler: Any
+        if dist.is_available() and dist.is_initialized():
+            sampler = DistributedSampler(
+                dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank()
+            )
+        else:
+            sampler = RandomSampler(dataset)
+        return _timed_loader_class()(
+            dataset,
+            batch_size=self._batch.micro_batch_size,
+            sampler=sampler,
+            collate_fn=collate_fn,
+            trainmon_engine=self,
+        )
+
+
+class _TimedIterator:
+    """Wraps a DataLoader iterator: the wait for each batch is added to the engine's data time."""
+
+    __slots__ = ("_engine", "_iterator")
+
+    def __init__(self, iterator: Iterator[Any], engine: TrainmonEngine) -> None:
+        self._iterator = iterator
+        self._engine = engine
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        started = time.perf_counter()
+        try:
+            return next(self._iterator)
+        finally:
+            engine = self._engine
+            engine._data_s += time.perf_counter() - started
+            engine._loader_timed = True
+            if engine._step_started is None:
+                engine._step_started = started
+
+    def __len__(self) -> int:
+        return len(self._iterator)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _timed_loader_class() -> type:
+    """The DataLoader subclass, defined on first use so ``import trainmon`` needs no torch."""
+    from torch.utils.data import DataLoader
+
+    class TimedDataLoader(DataLoader):  # type: ignore[type-arg]
+        """A DataLoader whose iterators report the wait for each batch to the engine."""
+
+        def __init__(self, *args: Any, trainmon_engine: TrainmonEngine, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.trainmon_engine = trainmon_engine
+
+        def __iter__(self) -> Any:
+            return _TimedIterator(super().__iter__(), self.trainmon_engine)
+
+    return TimedDataLoader
+
+
+def _is_data_parallel(module: Any) -> bool:
+    """True for modules that average gradients themselves (DDP, FSDP)."""
+    names = {cls.__name__ for cls in type(module).__mro__}
+    return bool(names & {"DistributedDataParallel", "FullyShardedDataParallel"})
+
+
+# ---- the entry point --------------------------------------------------------------------------
+
+
+def initialize(
+    model: torch.nn.Module | None = None,
+    optimizer: Any = None,
+    model_parameters: Iterable[Any] | None = None,
+    training_data: Any = None,
+    lr_scheduler: Any = None,
+    config: ConfigSource = None,
+    *,
+    monitor: Monitor | None = None,
+    collate_fn: Callable[..., Any] | None = None,
+    **deepspeed_kwargs: Any,
+) -> tuple[TrainmonEngine, Any, Any, Any]:
+    """``deepspeed.initialize`` for a plain PyTorch model: ``(engine, optimizer, loader, sched)``.
+
+    ``optimizer`` is an optimizer, a function of the parameters, or None to build the config's
+    ``"optimizer"`` section; ``lr_scheduler`` is a scheduler, a function of the optimizer, or
+    None to build the config's ``"scheduler"`` (WarmupLR, WarmupDecayLR). ``training_data``
+    gives back a DataLoader of ``train_micro_batch_size_per_gpu``. DeepSpeed's other keyword
+    arguments (``args``, ``mpu``, ``dist_init_required``, ...) are accepted and ignored, except
+    that ``args.deepspeed_config`` or ``config_params`` is used when ``config`` is None.
+    """
+    require("torch", "torch", "trainmon.initialize")
+    unknown = sorted(set(deepspeed_kwargs) - _DEEPSPEED_KWARGS)
+    if unknown:
+        known = ["model", "optimizer", "model_parameters", "training_data", "lr_scheduler"]
+        known += ["config", "monitor", "collate_fn", *sorted(_DEEPSPEED_KWARGS)]
+        hint = difflib.get_close_matches(unknown[0], known, n=1)
+        raise TypeError(
+            f"initialize() got an unexpected keyword argument {unknown[0]!r}"
+            + (f"; did you mean {hint[0]!r}?" if hint else "")
+        )
+    if config is None:
+        config = deepspeed_kwargs.get("config_params")
+    if config is None:
+        config = getattr(deepspeed_kwargs.get("args"), "deepspeed_config", None)
+    if model is None:
+        raise EngineUsageError("initialize() needs model=: the torch.nn.Module to train")
+    cfg = load_config(config)
+    batch = resolve_batch_sizes(
+        cfg.train_batch_size,
+        cfg.train_micro_batch_size_per_gpu,
+        cfg.gradient_accumulation_steps,
+        discover().world_size,
+    )
+    params = model.parameters() if model_parameters is None else model_parameters
+    optimizer = _make_optimizer(optimizer, cfg, params)
+    lr_scheduler = _make_scheduler(lr_scheduler, cfg, optimizer)
+    engine = TrainmonEngine(
+        model,
+        optimizer,
+        config=cfg,
+        batch=batch,
+        lr_scheduler=lr_scheduler,
+        monitor=monitor,
+        training_data=training_data,
+        collate_fn=collate_fn,
+    )
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def _make_optimizer(optimizer: Any, cfg: TrainmonConfig, params: Any) -> Any:
+    import torch
+
+    section = cfg.raw.get("optimizer")
+    if optimizer is not None and section is not None:
+        raise ConfigError(
+            "the config has an 'optimizer' section and initialize() was also given optimizer=; "
+            "keep one of them"
+        )
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if callable(optimizer):
+        return optimizer(params)
+    if optimizer is not None:
+        raise EngineUsageError(
+            f"optimizer={optimizer!r}: expected a torch.optim.Optimizer or a function of the "
+            f"parameters that returns one"
+        )
+    if section is None:
+        raise EngineUsageError(
+            "no optimizer: pass optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3) to "
+            'trainmon.initialize, or add "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}} '
+            "to the config"
+        )
+    return build_optimizer(section, params)
+
+
+def _make_scheduler(lr_scheduler: Any, cfg: TrainmonConfig, optimizer: Any) -> Any:
+    section = cfg.raw.get("scheduler")
+    if lr_scheduler is not None and section is not None:
+        raise ConfigError(
+            "the config has a 'scheduler' section and initialize() was also given "
+            "lr_scheduler=; keep one of them"
+        )
+    if lr_scheduler is None:
+        return None if section is None else build_scheduler(section, optimizer)
+    if hasattr(lr_scheduler, "step"):
+        return lr_scheduler
+    if callable(lr_scheduler):
+        return lr_scheduler(optimizer)
+    raise EngineUsageError(
+        f"lr_scheduler={lr_scheduler!r}: expected a scheduler (with .step()) or a function of "
+        f"the optimizer that returns one"
+    )

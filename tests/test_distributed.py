@@ -1,0 +1,180 @@
+"""Many ranks, real processes: who writes, per-rank folders, and statistics across ranks."""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trainmon
+from trainmon.distributed import ProcessPlace, discover, summarise_ranks
+from trainmon.logging import configure_logging, log_dist, rank_file
+
+SCRIPTS = Path(__file__).parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+from ranks_worker import values  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(
+    script: Path, nproc: int, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` under torchrun with ``nproc`` CPU processes on loopback."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+        *args,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_only_rank_zero_writes_by_default(tmp_path: Path, nproc: int) -> None:
+    """Under torchrun, exactly one journal and one CSV folder exist, written by rank 0."""
+    torchrun(SCRIPTS / "ranks_worker.py", nproc, str(tmp_path), "default")
+    journals = sorted(tmp_path.rglob("metrics.jsonl"))
+    assert journals == [tmp_path / "job" / "metrics.jsonl"]
+    meta = next(trainmon.read_journal(journals[0]))
+    assert (meta["rank"], meta["world_size"]) == (0, nproc)
+    assert not any(p.name.startswith("rank-") for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.slow
+def test_per_rank_output_gives_one_folder_per_rank(tmp_path: Path) -> None:
+    """With per_rank_output each rank writes its own rank-<r> folder with its own values."""
+    torchrun(SCRIPTS / "ranks_worker.py", 2, str(tmp_path), "per_rank")
+    for rank in range(2):
+        folder = tmp_path / "job" / f"rank-{rank}"
+        records = [r for r in trainmon.read_journal(folder) if r["kind"] == "scalars"]
+        assert [r["step"] for r in records] == list(range(1, 41))
+        assert records[0]["values"]["mem/rss_mb"] == 100.0 + rank
+        assert (tmp_path / "csv" / "job" / f"rank-{rank}" / "train_loss.csv").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_cross_rank_statistics_match_independent_computation(tmp_path: Path, nproc: int) -> None:
+    """Rank 0's windows carry min/mean/max/argmax across ranks, the job's summed throughput,
+    and rank 1 (least time waiting in collectives) as the slowest, all as computed here."""
+    result = torchrun(SCRIPTS / "ranks_worker.py", nproc, str(tmp_path), "cross_rank")
+    windows = [r for r in trainmon.read_journal(tmp_path / "job") if r["kind"] == "window"]
+    assert [w["last_step"] for w in windows] == [10, 20, 30, 40]
+    for window in windows:
+        steps = range(window["first_step"], window["last_step"] + 1)
+        per_rank = {
+            name: [statistics.fmean(values(r, s)[name] for s in steps) for r in range(nproc)]
+            for name in ("perf/step_time_ms", "perf/comm_ms", "perf/samples_per_sec")
+        }
+        stats = window["stats"]
+        for name, column in per_rank.items():
+            assert stats[f"{name}/min"]["last"] == pytest.approx(min(column))
+            assert stats[f"{name}/mean"]["last"] == pytest.approx(statistics.fmean(column))
+            assert stats[f"{name}/max"]["last"] == pytest.approx(max(column))
+        assert stats["perf/job_samples_per_sec"]["last"] == pytest.approx(
+            sum(per_rank["perf/samples_per_sec"])
+        )
+        assert stats["mem/rss_mb/argmax_rank"]["last"] == nproc - 1
+        busy = [
+            t - c
+            for t, c in zip(per_rank["perf/step_time_ms"], per_rank["perf/comm_ms"], strict=True)
+        ]
+        assert stats["perf/slowest_rank"]["last"] == 1
+        assert stats["perf/straggler_ratio"]["last"] == pytest.approx(
+            max(busy) / statistics.median_low(busy)
+        )
+        assert stats["perf/straggler_ratio"]["last"] > 1.5
+    assert "slowest rank 1" in result.stdout
+
+
+def test_summarise_ranks_skips_metrics_no_rank_has() -> None:
+    """Metrics absent on every rank produce nothing; absent on some, they are left out of min/max."""
+    nan = float("nan")
+    rows = [[10.0, 5.0] + [nan] * 14, [10.0, 15.0] + [nan] * 14]
+    rows[0][2], rows[1][2] = 20.0, nan  # step time only on rank 0
+    out = summarise_ranks(rows)
+    assert out["perf/step_time_ms/max"] == 20.0 and out["perf/step_time_ms/argmax_rank"] == 0
+    assert not any(k.startswith("perf/forward_ms") for k in out)
+    assert out["perf/slowest_rank"] == 1 and out["perf/straggler_ratio"] == pytest.approx(3.0)
+
+
+def test_single_process_has_no_cross_rank_metrics(tmp_path: Path) -> None:
+    """Without torch.distributed the windows hold only the local statistics."""
+    config = {
+        "jsonl": {"enabled": True, "output_path": str(tmp_path), "job_name": "j"},
+        "console": {"enabled": False},
+        "steps_per_print": 5,
+        "trainmon": {"cross_rank": "on"},
+    }
+    with trainmon.Monitor(config) as monitor:
+        for step in range(1, 6):
+            monitor.log({"perf/step_time_ms": 10.0}, step=step)
+    window = [r for r in trainmon.read_journal(tmp_path / "j") if r["kind"] == "window"][0]
+    assert set(window["stats"]) == {"perf/step_time_ms"}
+
+
+def test_rank_discovery_order() -> None:
+    """Environment variables are read in the documented order: torchrun's, then MPI's, then Slurm's."""
+    assert discover({"RANK": "2", "WORLD_SIZE": "8", "SLURM_PROCID": "5"}) == ProcessPlace(2, 8)
+    assert discover({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}) == ProcessPlace(
+        1, 4
+    )
+    assert discover({"PMI_RANK": "3", "PMI_SIZE": "4"}) == ProcessPlace(3, 4)
+    assert discover({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == ProcessPlace(5, 6)
+    assert discover({}) == ProcessPlace(0, 1)
+
+
+def test_log_dist_and_configure_logging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """log_dist logs only on the chosen ranks, with a [Rank r] prefix, to a per-rank file if asked,
+    and the root logger is left alone."""
+    root_handlers = list(logging.getLogger().handlers)
+    stream = io.StringIO()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    try:
+        configure_logging(
+            level="INFO", file=tmp_path / "train.log", per_rank_file=True, stream=stream
+        )
+        log_dist("only on rank 0", ranks=[0])
+        log_dist("on rank 1", ranks=[1])
+        log_dist("everywhere", ranks=None)
+        trainmon.logging.get_logger().debug("hidden at INFO")
+    finally:
+        configure_logging(stream=sys.stderr)
+    printed = stream.getvalue().splitlines()
+    assert printed == ["[trainmon] [Rank 1] INFO on rank 1", "[trainmon] [Rank 1] INFO everywhere"]
+    assert (tmp_path / "train.rank-1.log").read_text().splitlines() == printed
+    assert logging.getLogger().handlers == root_handlers
+    assert rank_file("logs/{rank}/run.log", 3) == Path("logs/3/run.log")
+
+
+def test_configure_logging_ranks_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """configure_logging(ranks=[0]) silences every other rank's library messages."""
+    stream = io.StringIO()
+    monkeypatch.setenv("RANK", "2")
+    try:
+        configure_logging(stream=stream, ranks=[0])
+        trainmon.logging.get_logger().warning("from rank 2")
+    finally:
+        configure_logging(stream=sys.stderr)
+    assert stream.getvalue() == ""
+    with pytest.raises(ValueError, match="level 'loud' is not a logging level name"):
+        configure_logging(level="loud")
