@@ -106,7 +106,7 @@ def test_cross_rank_statistics_match_independent_computation(tmp_path: Path, npr
 
 
 def test_summarise_ranks_skips_metrics_no_rank_has() -> None:
-    """Metrics absent on every rank produce nothing; absent on some, they are left out of min/max."""
+    """Metrics no rank has produce nothing; ranks without a metric are left out of its min/max."""
     nan = float("nan")
     rows = [[10.0, 5.0] + [nan] * 14, [10.0, 15.0] + [nan] * 14]
     rows[0][2], rows[1][2] = 20.0, nan  # step time only on rank 0
@@ -127,12 +127,12 @@ def test_single_process_has_no_cross_rank_metrics(tmp_path: Path) -> None:
     with trainmon.Monitor(config) as monitor:
         for step in range(1, 6):
             monitor.log({"perf/step_time_ms": 10.0}, step=step)
-    window = [r for r in trainmon.read_journal(tmp_path / "j") if r["kind"] == "window"][0]
+    window = next(r for r in trainmon.read_journal(tmp_path / "j") if r["kind"] == "window")
     assert set(window["stats"]) == {"perf/step_time_ms"}
 
 
 def test_rank_discovery_order() -> None:
-    """Environment variables are read in the documented order: torchrun's, then MPI's, then Slurm's."""
+    """Launcher variables are read in the documented order: torchrun, Open MPI, MPICH, Slurm."""
     assert discover({"RANK": "2", "WORLD_SIZE": "8", "SLURM_PROCID": "5"}) == ProcessPlace(2, 8)
     assert discover({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}) == ProcessPlace(
         1, 4
