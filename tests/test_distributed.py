@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import socket
 import statistics
@@ -103,6 +104,19 @@ def test_cross_rank_statistics_match_independent_computation(tmp_path: Path, npr
         )
         assert stats["perf/straggler_ratio"]["last"] > 1.5
     assert "slowest rank 1" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_hung_rank_does_not_hang_the_others(tmp_path: Path) -> None:
+    """When rank 1 stops logging, rank 0's monitoring collective gives up after its timeout with
+    a clear error, rank 0's loop runs at full speed, and every step still reaches the journal."""
+    result = torchrun(SCRIPTS / "ranks_worker.py", 2, str(tmp_path), "hang")
+    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    rank0 = next(r for r in reports if r["rank"] == 0)
+    assert rank0["loop_s"] < 2.5  # 40 steps of 10 ms; not held up by the 3 s timeout
+    assert "cross-rank statistics stopped" in result.stderr
+    steps = [r["step"] for r in trainmon.read_journal(tmp_path / "job") if r["kind"] == "scalars"]
+    assert sorted(set(steps)) == list(range(1, 41))
 
 
 def test_summarise_ranks_skips_metrics_no_rank_has() -> None:

@@ -6,9 +6,10 @@ Schema version 1, one JSON object per line, append-only:
   "pid": int, "host": str, "trainmon": str}`` — written each time a writer opens the file
   (a restarted run appends a new one).
 * ``{"v": 1, "kind": "scalars", "step": int, "time": <unix s>, "values": {name: number}}`` —
-  every value logged for one step. Non-finite numbers are the strings ``"NaN"``,
-  ``"Infinity"`` and ``"-Infinity"`` so the file stays valid JSON and NaN stays distinct
-  from a missing value.
+  values logged for one step. A step may have several such lines (values logged later, or
+  the cross-rank statistics added at a window's last step): readers merge them. Non-finite
+  numbers are the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` so the file stays
+  valid JSON and NaN stays distinct from a missing value.
 * ``{"v": 1, "kind": "window", "first_step": int, "last_step": int, "start_time": <unix s>,
   "end_time": <unix s>, "stats": {name: {"count": int, "mean": n, "min": n, "max": n,
   "last": n}}}`` — the aggregate of one window (``steps_per_print`` steps by default), written

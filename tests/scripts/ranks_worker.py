@@ -1,14 +1,16 @@
 """A torchrun worker: every rank logs known per-rank values through a plain Monitor.
 
-Usage: ranks_worker.py OUTDIR MODE   (MODE: "default" | "per_rank" | "cross_rank")
-Rank r logs, for steps 1..40: perf/step_time_ms = 10 + r (+ 50 on rank 1 for "slow"),
-perf/comm_ms = 50 - 10 r ..., so the test can compute the cross-rank statistics itself.
+Usage: ranks_worker.py OUTDIR MODE
+MODE: "default" | "per_rank" | "cross_rank" | "hang" (rank 1 stops logging after step 10 and
+sits in a long sleep; cross-rank statistics on, with a 3 s collective timeout).
+Each rank logs steps 1..40 with the values of :func:`values`, so the test can recompute them.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -39,16 +41,24 @@ def main() -> None:
         "console": {"enabled": rank == 0 or mode == "per_rank"},
         "trainmon": {
             "per_rank_output": mode == "per_rank",
-            "cross_rank": "on" if mode == "cross_rank" else "off",
-            "collective_timeout_s": 20,
+            "cross_rank": "on" if mode in ("cross_rank", "hang") else "off",
+            "collective_timeout_s": 3 if mode == "hang" else 20,
         },
     }
     with trainmon.Monitor(config) as monitor:
+        started = time.perf_counter()
         for step in range(1, 41):
+            if mode == "hang" and rank == 1 and step > 10:
+                time.sleep(8)  # a rank stuck in its training loop
+                break
             monitor.log(values(rank, step), step=step)
+            time.sleep(0.01)
+        loop_s = time.perf_counter() - started
         monitor.flush()
-        print(json.dumps({"rank": rank, "writers": [w.kind for w in monitor.writers]}), flush=True)
-    dist.barrier()
+        kinds = [w.kind for w in monitor.writers]
+        print(json.dumps({"rank": rank, "writers": kinds, "loop_s": loop_s}), flush=True)
+    if mode != "hang":
+        dist.barrier()
     dist.destroy_process_group()
 
 
