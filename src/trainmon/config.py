@@ -79,8 +79,21 @@ class WandbConfig:
 
     enabled: bool = _doc("Turn the W&B writer on.", default=False)
     project: str = _doc("W&B project.", default="deepspeed")
-    group: str | None = _doc("W&B group.", default=None)
-    team: str | None = _doc("W&B team (entity).", default=None)
+    group: str | None = _doc("W&B group (per-rank runs share it).", default=None)
+    team: str | None = _doc("W&B team (DeepSpeed's name for entity).", default=None)
+    entity: str | None = _doc("W&B entity; an alias of team.", default=None)
+    name: str | None = _doc("Run name.", default=None)
+    tags: list[str] = _doc("Run tags.", default_factory=list)
+    mode: Literal["online", "offline", "disabled"] | None = _doc(
+        "null: WANDB_MODE, else online with an API key, else offline with a warning.",
+        default=None,
+    )
+    dir: str | None = _doc("Folder for W&B's local files.", default=None)
+    id: str | None = _doc("Run id, to resume a run.", default=None)
+    resume: Literal["allow", "must", "never", "auto"] | None = _doc(
+        "W&B resume policy.", default=None
+    )
+    config: dict[str, Any] = _doc("Hyper-parameters recorded with the run.", default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -335,6 +348,8 @@ def _describe(tp: Any) -> str:
         return " or ".join(_describe(a) for a in typing.get_args(tp))
     if tp is type(None):
         return "null"
+    if origin is dict:
+        return "a mapping"
     if origin is list:
         return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
@@ -374,6 +389,8 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
                 ok = False
     elif tp is str:
         ok = isinstance(value, str)
+    elif kind is dict and isinstance(value, Mapping):
+        return dict(value)
     elif kind is list and isinstance(value, (list, tuple)):
         (item_type,) = typing.get_args(tp)
         return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
