@@ -6,7 +6,7 @@ imports its SDK only when it is enabled.
 
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.engine import TrainmonEngine, initialize
-from trainmon.errors import ConfigError, MissingExtraError, TrainmonError
+from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.events import StepScalars
 from trainmon.journal import read_journal
 from trainmon.monitor import Monitor
@@ -19,6 +19,7 @@ __all__ = [
     "Monitor",
     "NullWriter",
     "StepScalars",
+    "TrainingStopped",
     "TrainmonConfig",
     "TrainmonEngine",
     "TrainmonError",

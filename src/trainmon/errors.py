@@ -21,3 +21,11 @@ class MissingExtraError(TrainmonError, ImportError):
             f"{feature} needs the '{package}' package, which is not installed. "
             f'Install it with: pip install "trainmon[{extra}]"'
         )
+
+
+class TrainingStopped(TrainmonError):
+    """Raised at a step boundary after an alert rule with ``"action": "stop"`` fired."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"training stopped by trainmon: {reason}")

@@ -13,11 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType, TracebackType
 from typing import Any
 
-from trainmon.aggregate import WindowAggregator
+from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
+from trainmon.errors import TrainingStopped
+from trainmon.events import StepScalars
 from trainmon.logging import get_logger
-from trainmon.pipeline import Item, Pipeline
+from trainmon.pipeline import Item, Observer, Pipeline
 from trainmon.timing import Timer
 from trainmon.values import PLAIN_TYPES, check_value
 from trainmon.writers import build_writers
@@ -63,6 +65,8 @@ class Monitor:
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
         self._closed = False
+        self.callbacks: list[Any] = []
+        self._stop_reason: str | None = None
         _register(self)
 
     # ---- the hot path ----------------------------------------------------------------------
@@ -161,6 +165,44 @@ class Monitor:
         if isinstance(step, bool) or not hasattr(step, "__index__"):
             raise TypeError(f"{where}: step {step!r} is not an integer")
 
+    # ---- callbacks and stopping ------------------------------------------------------------
+
+    def add_callback(self, callback: Any) -> None:
+        """Call ``callback``'s hooks: ``on_step_end(engine, step)`` on the training thread after
+        each optimizer step (the engine calls it), ``on_window_end(stats)`` and
+        ``on_alert(alert)`` on the background thread. Any of the three may be missing."""
+        hooks = ("on_step_end", "on_window_end", "on_alert")
+        if not any(callable(getattr(callback, hook, None)) for hook in hooks):
+            raise TypeError(f"add_callback: {callback!r} has none of {', '.join(hooks)}")
+        self.callbacks = [*self.callbacks, callback]
+        if callable(getattr(callback, "on_window_end", None)):
+            self._pipeline.add_observer(_WindowCallback(callback))
+
+    def step_end(self, engine: Any, step: int) -> None:
+        """Run the ``on_step_end`` callbacks, then raise :class:`TrainingStopped` if an alert
+        asked to stop. The engine calls this after each optimizer step; a plain loop may too."""
+        for callback in self.callbacks:
+            hook = getattr(callback, "on_step_end", None)
+            if hook is not None:
+                hook(engine, step)
+        self.raise_if_stopped()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the training loop to stop at its next step boundary (safe from any thread)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            _log.error("stop requested: %s", reason)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why a stop was requested, or None: a flag a loop without the engine can poll."""
+        return self._stop_reason
+
+    def raise_if_stopped(self) -> None:
+        """Raise :class:`TrainingStopped` when a stop was requested."""
+        if self._stop_reason is not None:
+            raise TrainingStopped(self._stop_reason)
+
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
@@ -221,6 +263,17 @@ def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRan
         _log.warning("cross-rank statistics need step windows; window_seconds turns them off")
         return None
     return CrossRankReducer(config.trainmon.collective_timeout_s)
+
+
+class _WindowCallback(Observer):
+    """Calls a user's ``on_window_end(stats)`` from the background thread."""
+
+    def __init__(self, callback: Any) -> None:
+        self._callback = callback
+
+    def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
+        self._callback.on_window_end(window)
+        return ()
 
 
 # ---- process exit: atexit and SIGTERM flush everything ---------------------------------------

@@ -34,6 +34,25 @@ Entry = tuple[Any, Any, Sequence[Item], bool]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
+
+class Observer:
+    """Watches the stream on the background thread (alert rules, user callbacks).
+
+    Both hooks may return extra records (for example ``alerts/<name>``) that are written to
+    every writer after what was observed. An observer that raises is reported and skipped.
+    """
+
+    def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
+        """Per-step records, in step order, before the writers get them."""
+        return ()
+
+    def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
+        """A completed window, with cross-rank metrics when there are any."""
+        return ()
+
+    def close(self) -> None:
+        """The pipeline is closing: release resources."""
+
 DROPPED_METRIC = "trainmon/dropped_events"
 WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 _CHUNK_ENTRIES = 2048
@@ -53,6 +72,7 @@ class Pipeline:
         self.config = config or PipelineConfig()
         self.writers = writers
         self.reducer = reducer
+        self._observers: list[Observer] = []
         self.aggregator = aggregator or WindowAggregator(
             self.config.window_steps or 10, self.config.window_seconds
         )
@@ -131,6 +151,10 @@ class Pipeline:
         if self._thread.is_alive():
             _log.warning("background writer did not finish within %.0f s", _CLOSE_TIMEOUT_S)
 
+    def add_observer(self, observer: Observer) -> None:
+        """Watch the stream from now on (safe from any thread: the list is replaced, not edited)."""
+        self._observers = [*self._observers, observer]
+
     @property
     def pending(self) -> int:
         """Events queued and not yet handed to the writers."""
@@ -155,6 +179,11 @@ class Pipeline:
         self._close_window(final=True)
         self.writers.flush()  # so errors of this last flush are counted before closing
         self._emit_counters()
+        for observer in self._observers:
+            try:
+                observer.close()
+            except Exception:
+                self._count_internal_error(f"{type(observer).__name__}.close failed")
         self.writers.close()
 
     def _drain(self) -> None:
@@ -206,6 +235,17 @@ class Pipeline:
                 merged.update((k, MetricStats(1, float(v), v, v, v)) for k, v in extra.items())
                 window = replace(window, metrics=merged)
             self.writers.write_windows([window])
+            self._observe("on_window", window)
+
+    def _observe(self, hook: str, payload: Any) -> None:
+        for observer in self._observers:
+            try:
+                extra = getattr(observer, hook)(payload)
+            except Exception:
+                self._count_internal_error(f"{type(observer).__name__}.{hook} failed")
+                continue
+            if extra:
+                self.writers.write(extra)
 
     def _emit(self, batch: list[Entry]) -> None:
         if not batch:
@@ -231,6 +271,8 @@ class Pipeline:
                 segment = []
             segment.append(record)
         self.writers.write(segment)
+        if self._observers:
+            self._observe("on_records", records)
 
     def _count_internal_error(self, what: str) -> None:
         self._internal_errors += 1
