@@ -23,20 +23,27 @@ How a call is timed, without ever synchronising the device on the caller:
 Differences from DeepSpeed, on purpose:
 
 * ``enabled: false`` means off: no per-op statistics, no ``comm/`` metrics, no log lines.
-  :meth:`CommsLogger.install` still times every collective so that ``perf/comm_ms`` (the
-  ``wall_clock_breakdown``) works without the comms logger.
-* The message size of ``all_gather``/``all_gather_into_tensor`` is this rank's input shard and
-  that of ``reduce_scatter``/``reduce_scatter_tensor`` this rank's output shard: the size that
-  ``calc_bw_log``'s ``size *= n`` assumes. (DeepSpeed passes the gathered output, so its
-  bandwidths for these ops come out ``n`` times too high.)
+  :meth:`CommsLogger.install` still times every collective (``prof_all``/``prof_ops`` then do
+  not apply) so that ``perf/comm_ms`` of ``wall_clock_breakdown`` works without the logger.
+* The message size is this rank's shard for the sharded collectives: the input of
+  ``all_gather``/``all_gather_into_tensor`` (as DeepSpeed) and the output of
+  ``reduce_scatter``/``reduce_scatter_tensor``, which is the size ``calc_bw_log``'s
+  ``size *= n`` assumes. DeepSpeed takes reduce-scatter's whole input, so its reduce-scatter
+  bandwidths come out ``n`` times too high.
 * The group size is that of the ``group`` argument, not always the world size.
 * Average bandwidth is bytes moved over total time (the bandwidth at the mean latency), not a
   10 %-trimmed mean of per-call bandwidths, so no per-call list is kept for the whole run.
+* ``verbose`` lines are written on rank 0 by the background thread as each step is handed
+  over, not by the training thread inside the collective.
+
+Calls are held until :meth:`CommsLogger.take_step_comm_ms` hands them over, so call it once
+per step (the engine does) even when ``perf/comm_ms`` is not wanted.
 
 Not covered: ``isend``/``irecv`` (blocking ``send``/``recv`` are timed; they wait inside),
 ops issued inside ``torch.distributed._coalescing_manager`` (timed at enqueue), functional
-collectives used by ``torch.compile``, and callers that bound a collective to a local name
-(``from torch.distributed import all_reduce``) before :meth:`CommsLogger.install`.
+collectives used by ``torch.compile``, collectives on devices other than the CPU and CUDA
+(timed on the host, so possibly at enqueue), and callers that bound a collective to a local
+name (``from torch.distributed import all_reduce``) before :meth:`CommsLogger.install`.
 """
 
 from __future__ import annotations
@@ -65,9 +72,9 @@ _log = get_logger("comms")
 # Collective -> the parameter whose bytes are the "message size" (None: no tensor, e.g. barrier).
 _MESSAGE_PARAM: dict[str, str | None] = {
     "all_reduce": "tensor",
-    "all_gather": "tensor",  # this rank's shard; tensor_list is n shards
+    "all_gather": "tensor",  # this rank's shard (tensor_list holds n of them)
     "all_gather_into_tensor": "input_tensor",
-    "reduce_scatter": "output",  # this rank's shard; input_list is n shards
+    "reduce_scatter": "output",  # this rank's shard (input_list holds n of them)
     "reduce_scatter_tensor": "output",
     "all_to_all_single": "input",
     "all_to_all": "input_tensor_list",
@@ -643,7 +650,8 @@ class CommsLogger:
             self._monitor._enqueue(tuple(items), resolve=True)
         if has_timings:
             return _StepCommMs(batch)
-        return math.fsum(record[3] for record in records)
+        total: float = sum(record[3] for record in records)
+        return total
 
     # ---- aggregation (background thread, or an explicit stats()/log_summary()) -------------
 

@@ -133,7 +133,7 @@ def main() -> None:
         "filtered": CommsLoggerConfig(enabled=True, prof_all=False, prof_ops=["all_reduce"]),
         "off": CommsLoggerConfig(enabled=False, verbose=True),
     }
-    result = {"world_size": dist.get_world_size()}
+    result: dict[str, Any] = {"world_size": dist.get_world_size()}
     for phase, config in phases.items():
         result[phase] = run_phase(out, phase, config)
         dist.barrier()
