@@ -290,7 +290,7 @@ def test_any_config_loads_or_names_the_offending_key(
         loaded = load_config(config)
     except ConfigError as exc:
         message = str(exc)
-        culprits = [path for path in named if repr(path) in message]
+        culprits = [path for path in named if f"'{path}'" in message or f"'{path}[" in message]
         assert culprits, f"no key named in: {message}"
         path = max(culprits, key=len)  # 'tensorboard.job_name' over 'tensorboard'
         with pytest.raises(ConfigError):

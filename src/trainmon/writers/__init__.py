@@ -14,7 +14,7 @@ from pathlib import Path
 
 from trainmon.config import OutputSection, TrainmonConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.errors import MissingExtraError
+from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.logging import get_logger
 from trainmon.writers.base import NullWriter, Writer, WriterGroup
 
@@ -63,6 +63,12 @@ def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     return ConsoleWriter(stream, total_steps=_total_steps(config))
 
 
+def _wandb(config: TrainmonConfig, place: ProcessPlace) -> Writer:
+    from trainmon.writers.wandb import WandbWriter
+
+    return WandbWriter.from_config(config, place)
+
+
 def _total_steps(config: TrainmonConfig) -> int | None:
     """DeepSpeed's ``scheduler.params.total_num_steps``, when the config has one."""
     scheduler = config.raw.get("scheduler")
@@ -76,6 +82,7 @@ BACKENDS = (
     _Backend("csv_monitor", _csv, lambda c: str(c.csv_monitor.run_dir())),
     _Backend("jsonl", _jsonl, lambda c: str(c.jsonl.run_dir())),
     _Backend("console", _console, lambda c: c.console.stream),
+    _Backend("wandb", _wandb, lambda c: f"W&B project {c.wandb.project!r}"),
 )
 
 
@@ -89,7 +96,7 @@ def build_writers(config: TrainmonConfig, place: ProcessPlace) -> list[Writer]:
             writer = backend.build(config, place)
             writer.every = getattr(getattr(config, backend.section), "every", "step")
             writers.append(writer)
-        except MissingExtraError:
+        except (MissingExtraError, ConfigError):
             raise
         except Exception as exc:
             _log.warning(
@@ -100,7 +107,7 @@ def build_writers(config: TrainmonConfig, place: ProcessPlace) -> list[Writer]:
                 type(exc).__name__,
                 exc,
             )
-    for section in ("wandb", "comet"):
+    for section in ("comet",):
         if getattr(config, section).enabled:
             _log.warning(
                 "'%s.enabled' is set, but this trainmon version has no %s writer yet; "

@@ -1,0 +1,308 @@
+"""The Weights & Biases writer: one W&B run per writing rank, one ``run.log`` per step.
+
+``wandb`` is imported here only, when the ``wandb`` section is enabled. The run is started in
+the constructor (on the thread that builds the :class:`~trainmon.Monitor`, once); after that
+every call comes from the background thread, so training never waits on W&B.
+
+It never takes over the terminal: W&B runs with ``console="off"`` and ``silent=True`` (no
+stdout capture, no banner), and each run is its own (``reinit="create_new"``), so two monitors
+in one process, or a run of the user's own, do not interfere.
+
+It never stops training either:
+
+* no explicit ``mode`` and no ``WANDB_MODE``: online when W&B finds credentials
+  (``WANDB_API_KEY``, ``~/.netrc``, its settings file; checked locally, no network), else
+  offline, with one warning naming the ``wandb sync`` command that uploads the run later;
+* ``wandb.init`` failing (network, server, bad credentials): one warning, then offline;
+  when offline fails too the error goes to the writer factory, which reports it and starts
+  the other writers;
+* an error inside W&B while logging is reported once by :class:`~trainmon.writers.WriterGroup`,
+  and this writer stops calling W&B (later batches are counted as errors, not retried).
+
+Steps: W&B keeps the row of its latest step open until a later step arrives (or the run
+finishes) and ignores any lower step. So records of one step, in one batch or across batches,
+are merged into that row, and a record whose step is below one already logged is dropped,
+with one warning and a count in :attr:`WandbWriter.dropped_records` (the other writers keep
+it). NaN and Inf are logged as the floats they are. Window statistics are not logged: W&B
+computes its own summaries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from trainmon import extras
+from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
+from trainmon.distributed import ProcessPlace
+from trainmon.errors import ConfigError
+from trainmon.events import Number, StepScalars
+from trainmon.logging import get_logger
+from trainmon.writers.base import Writer
+
+_log = get_logger("wandb")
+
+
+class WandbWriter(Writer):
+    """Logs each step's scalars to a W&B run (rank 0's, or with per-rank output, each rank's).
+
+    ``per_rank`` names the run ``<name or job>-rank<r>`` (and suffixes ``id`` the same way) and
+    puts every rank's run in one group: ``group``, or by default that same name or job. ``job``
+    is the other writers' job name (see :func:`job_name`).
+    """
+
+    kind = "wandb"
+
+    def __init__(
+        self,
+        section: WandbConfig,
+        place: ProcessPlace | None = None,
+        *,
+        per_rank: bool = False,
+        job: str = DEFAULT_JOB_NAME,
+    ) -> None:
+        place = place or ProcessPlace()
+        entity = _entity(section)
+        wandb = extras.require("wandb", "wandb", "The W&B writer")
+        name, group, run_id = section.name, section.group, section.id
+        if per_rank:
+            base = section.name or job
+            name = f"{base}-rank{place.rank}"
+            group = group or base
+            run_id = f"{run_id}-rank{place.rank}" if run_id else None
+        init_kwargs: dict[str, Any] = {
+            "entity": entity,
+            "project": section.project,
+            "group": group,
+            "name": name,
+            "id": run_id,
+            "resume": section.resume,
+            "tags": list(section.tags) or None,
+            "config": dict(section.config) or None,
+            "dir": section.dir,
+            "reinit": "create_new",
+            "settings": wandb.Settings(console="off", silent=True),
+        }
+        self._wandb = wandb
+        self._run = _start_run(wandb, init_kwargs, section.mode)
+        self.run_dir = _run_dir(self._run)
+        self.location = self.run_dir or f"W&B project {section.project!r} (disabled)"
+        #: Records dropped because their step was below one already logged (W&B ignores those).
+        self.dropped_records = 0
+        self._min_step = _current_step(self._run)
+        self._failed = False
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> WandbWriter:
+        """The writer for ``config.wandb`` on this rank (the writer factory's entry point)."""
+        return cls(
+            config.wandb,
+            place,
+            per_rank=config.trainmon.per_rank_output,
+            job=job_name(config),
+        )
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """One ``run.log`` per step (consecutive records of a step merged); lower steps dropped."""
+        if self._failed:
+            raise RuntimeError("the W&B writer stopped after an earlier W&B error")
+        log = self._run.log
+        step: int | None = None
+        values: dict[str, Number] = {}
+        try:
+            for record in records:
+                if record.step != step:
+                    if values:
+                        log(values, step=step)
+                        values = {}
+                    if record.step < self._min_step:
+                        self._drop(record)
+                        step = None
+                        continue
+                    step = self._min_step = record.step
+                values.update(record.values)
+            if values:
+                log(values, step=step)
+        except Exception:
+            self._failed = True
+            raise
+
+    def flush(self) -> None:
+        """Nothing to do: W&B sends in the background, and its open row waits for a later step."""
+
+    def close(self) -> None:
+        """Finish the run (once), and end W&B's service process if no other run uses it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run.finish()
+        finally:
+            _end_idle_service(self._wandb)
+
+    def _drop(self, record: StepScalars) -> None:
+        self.dropped_records += 1
+        if self.dropped_records == 1:
+            _log.warning(
+                "W&B writer: step %d arrived after step %d was logged; W&B accepts only "
+                "increasing steps, so that record is left out of the W&B run (the other "
+                "writers keep it; further such records are counted in "
+                "WandbWriter.dropped_records, not printed)",
+                record.step,
+                self._min_step,
+            )
+
+
+def job_name(config: TrainmonConfig) -> str:
+    """The job's name: ``job_name`` of the first enabled TensorBoard / CSV / JSONL section."""
+    for section in (config.tensorboard, config.csv_monitor, config.jsonl):
+        if section.enabled:
+            return section.job_name
+    return DEFAULT_JOB_NAME
+
+
+def _entity(section: WandbConfig) -> str | None:
+    """``team`` (DeepSpeed's key) or ``entity`` (W&B's); both set and different is an error."""
+    if section.team and section.entity and section.team != section.entity:
+        raise ConfigError(
+            f"wandb.team = {section.team!r} and wandb.entity = {section.entity!r} disagree: "
+            "they are two names for the W&B entity; set only one of them"
+        )
+    return section.team or section.entity
+
+
+def _start_run(wandb: ModuleType, kwargs: dict[str, Any], mode: str | None) -> Any:
+    """``wandb.init``, falling back to offline (with one warning) instead of failing."""
+    why_offline = None
+    if mode is None and not os.environ.get("WANDB_MODE") and not _has_credentials(wandb):
+        mode = "offline"
+        why_offline = "no W&B API key was found (WANDB_API_KEY, ~/.netrc or `wandb login`)"
+    try:
+        with _quiet_terminal():
+            run = wandb.init(mode=mode, **kwargs)
+    except Exception as exc:
+        if (mode or os.environ.get("WANDB_MODE", "")) in ("offline", "dryrun", "disabled"):
+            raise
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        why_offline = f"wandb.init failed ({type(exc).__name__}: {first_line})"
+        with _quiet_terminal():
+            run = wandb.init(mode="offline", **kwargs)
+    if why_offline is not None:
+        where = _run_dir(run) or "<the run's folder>"
+        _log.warning(
+            "%s, so the W&B run is logged offline to %s; upload it later with: wandb sync %s",
+            why_offline,
+            where,
+            where,
+        )
+    elif not _is_offline(run):
+        url = getattr(run, "url", None)
+        if url:
+            _log.info("W&B run %s: %s", getattr(run, "name", ""), url)
+    return run
+
+
+@contextlib.contextmanager
+def _quiet_terminal() -> Iterator[None]:
+    """Mute W&B's terminal messages while a run starts (they go to W&B's debug log instead).
+
+    A run's ``silent`` setting does not cover every message (``Loaded credentials ... from
+    WANDB_API_KEY`` is printed anyway), so W&B's own global switch is set for the duration.
+    """
+    try:
+        term: Any = importlib.import_module("wandb.errors.term")
+        _ = _wandb_setup().singleton().settings  # loading the settings resets the switch: do it now
+        saved = term._silent
+    except Exception:  # another wandb version: its messages may show
+        yield
+        return
+    term._silent = True
+    try:
+        yield
+    finally:
+        term._silent = saved
+
+
+def _has_credentials(wandb: ModuleType) -> bool:
+    """Whether W&B would find credentials (env, netrc, settings file): local, never prompts."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        wbauth = importlib.import_module("wandb.sdk.lib.wbauth")
+        host = _wandb_setup().singleton().settings.base_url
+        return (
+            wbauth.authenticate_session(
+                host=host, source="trainmon", prompt=False, update_session=False
+            )
+            is not None
+        )
+    except (ImportError, AttributeError, TypeError):  # an older wandb: its own lookup
+        try:
+            return bool(wandb.api.api_key)
+        except Exception:
+            return True  # unknown: let wandb.init decide (and fall back if it fails)
+    except Exception:  # credentials W&B would reject: wandb.init fails, then falls back
+        return True
+
+
+def _wandb_setup() -> ModuleType:
+    """W&B's process-wide state (settings, service, active runs): ``wandb.sdk.wandb_setup``.
+
+    Imported by name so that type-checking trainmon does not need wandb installed.
+    """
+    return importlib.import_module("wandb.sdk.wandb_setup")
+
+
+def _run_dir(run: Any) -> str:
+    """The run's local folder (what ``wandb sync`` takes), or "" for a disabled run."""
+    if _is_disabled(run):
+        return ""
+    try:
+        sync_dir = run.settings.sync_dir
+        if sync_dir:
+            return str(sync_dir)
+    except Exception:
+        pass
+    try:
+        return str(Path(run.dir).parent)
+    except Exception:
+        return ""
+
+
+def _is_offline(run: Any) -> bool:
+    try:
+        return bool(run.offline)
+    except Exception:
+        return False
+
+
+def _is_disabled(run: Any) -> bool:
+    try:
+        return bool(run.disabled)
+    except Exception:
+        return False
+
+
+def _current_step(run: Any) -> int:
+    """W&B's next accepted step (0, or past the last step of a resumed run)."""
+    try:
+        step = run.step
+    except Exception:
+        return 0
+    return step if isinstance(step, int) else 0
+
+
+def _end_idle_service(wandb: ModuleType) -> None:
+    """Stop W&B's background service process once no run in this process is active."""
+    try:
+        if _wandb_setup().singleton().most_recent_active_run is not None:
+            return
+        wandb.teardown()
+    except (Exception, SystemExit):  # teardown calls sys.exit when the service failed
+        _log.debug("could not stop the W&B service process", exc_info=True)
