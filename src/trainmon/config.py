@@ -175,6 +175,250 @@ class ThroughputConfig:
     )
 
 
+# ---- alerts -----------------------------------------------------------------------------------
+
+ALERT_KINDS = ("threshold", "non_finite", "spike", "drop", "growth", "stall")
+ALERT_OPS = (">", ">=", "<", "<=", "==", "!=")
+AlertKind = Literal["threshold", "non_finite", "spike", "drop", "growth", "stall"]
+
+
+@dataclass(frozen=True)
+class AlertRuleConfig:
+    """One alert rule, checked: what it watches, when it fires, and what firing does.
+
+    Built from one entry of ``alerts.rules`` by :func:`parse_alert_rules`; the meaning of each
+    kind is documented in :mod:`trainmon.alerts.rules`.
+    """
+
+    name: str = _doc("Unique name of the rule; also the metric alerts/<name>.", default="")
+    kind: AlertKind = _doc(
+        "threshold, non_finite, spike, drop, growth or stall; threshold when op is given.",
+        default="threshold",
+    )
+    metric: str | None = _doc(
+        "The metric watched, e.g. train/loss (every kind but stall).", default=None
+    )
+    op: Literal[">", ">=", "<", "<=", "==", "!="] | None = _doc(
+        "threshold: how the value is compared with threshold.", default=None
+    )
+    threshold: float | None = _doc("threshold: the value compared against.", default=None)
+    for_steps: int = _doc(
+        "threshold, non_finite, spike, drop: consecutive steps the condition must hold.", default=1
+    )
+    factor: float | None = _doc(
+        "spike: fire when value > factor x baseline (factor > 1).", default=None
+    )
+    percent: float | None = _doc(
+        "drop: fire when value < baseline x (1 - percent / 100).", default=None
+    )
+    window: int = _doc("spike, drop: how many recent values make the baseline.", default=100)
+    baseline: Literal["median", "mean"] = _doc(
+        "spike, drop: the baseline is the median (default) or the mean of the window.",
+        default="median",
+    )
+    min_samples: int | None = _doc(
+        "spike, drop: values needed before the rule can fire; null means min(10, window).",
+        default=None,
+    )
+    windows: int = _doc(
+        "growth: fire when the window mean rose in each of this many consecutive windows.",
+        default=5,
+    )
+    seconds: float | None = _doc("stall: fire when no step completed for this long.", default=None)
+    multiple: float | None = _doc(
+        "stall: fire when no step completed for multiple x the recent median step interval.",
+        default=None,
+    )
+    severity: Literal["info", "warning", "critical"] = _doc(
+        "How urgent the alert is.", default="warning"
+    )
+    action: Literal["alert", "stop"] = _doc(
+        'Only alert, or also ask training to stop ("stop": TrainingStopped at the next step).',
+        default="alert",
+    )
+    cooldown_s: float = _doc(
+        "While the condition lasts, send the alert again after this many seconds.", default=300.0
+    )
+    labels: dict[str, str] = _doc("Extra labels copied into every alert.", default_factory=dict)
+
+
+_RULE_COMMON = ("name", "kind", "severity", "action", "cooldown_s", "labels")
+_RULE_KEYS: dict[str, tuple[str, ...]] = {
+    "threshold": ("metric", "op", "threshold", "for_steps"),
+    "non_finite": ("metric", "for_steps"),
+    "spike": ("metric", "factor", "window", "baseline", "min_samples", "for_steps"),
+    "drop": ("metric", "percent", "window", "baseline", "min_samples", "for_steps"),
+    "growth": ("metric", "windows"),
+    "stall": ("seconds", "multiple"),
+}
+_RULE_REQUIRED: dict[str, tuple[str, ...]] = {
+    "threshold": ("metric", "op", "threshold"),
+    "non_finite": ("metric",),
+    "spike": ("metric", "factor"),
+    "drop": ("metric", "percent"),
+    "growth": ("metric",),
+    "stall": (),
+}
+_RULE_EXAMPLE = (
+    '{"name": "grad-explosion", "metric": "train/grad_norm", "op": ">", "threshold": 10}'
+)
+
+
+def parse_alert_rules(rules: list[Any] | tuple[Any, ...]) -> tuple[AlertRuleConfig, ...]:
+    """Check every entry of ``alerts.rules`` and build its :class:`AlertRuleConfig`.
+
+    A bad entry raises :class:`ConfigError` naming the rule (its index and name), the key, the
+    value and what was expected: unknown kind or key (with the closest valid one), a missing
+    required key, a wrong type or range, a key of another kind, a duplicate name.
+    """
+    parsed: list[AlertRuleConfig] = []
+    names: dict[str, int] = {}
+    for index, entry in enumerate(rules):
+        rule = _parse_alert_rule(index, entry)
+        if rule.name in names:
+            raise ConfigError(
+                f"rule {rule.name!r}: 'alerts.rules[{index}].name' = {rule.name!r} is already "
+                f"the name of alerts.rules[{names[rule.name]}]; rule names must be unique "
+                f"(each is also the metric alerts/<name>)"
+            )
+        names[rule.name] = index
+        parsed.append(rule)
+    return tuple(parsed)
+
+
+def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
+    path = f"alerts.rules[{index}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{path!r} = {entry!r}: expected a mapping such as {_RULE_EXAMPLE}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        what = "is missing" if name is None else f"= {name!r}"
+        raise ConfigError(
+            f"'{path}.name' {what}: every rule needs a unique non-empty name, e.g. {_RULE_EXAMPLE}"
+        )
+    where = f"rule {name!r}"
+    kind = entry.get("kind")
+    if kind is None:
+        if "op" not in entry:
+            raise ConfigError(
+                f"{where}: '{path}.kind' is missing: expected one of {', '.join(ALERT_KINDS)} "
+                f"(a rule with 'op' and 'threshold' is a threshold rule)"
+            )
+        kind = "threshold"
+    elif kind not in ALERT_KINDS:
+        hint = difflib.get_close_matches(str(kind), ALERT_KINDS, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(
+            f"{where}: '{path}.kind' = {kind!r}: expected one of {', '.join(ALERT_KINDS)}{extra}"
+        )
+    valid = (*_RULE_COMMON, *_RULE_KEYS[kind])
+    for key in entry:
+        if key in valid:
+            continue
+        owners = [k for k, keys in _RULE_KEYS.items() if key in keys]
+        if owners:
+            raise ConfigError(
+                f"{where}: '{path}.{key}' does not apply to kind {kind!r} (it is a key of "
+                f"{', '.join(owners)}); valid keys for {kind!r}: {', '.join(valid)}"
+            )
+        every = sorted({*_RULE_COMMON, *(k for keys in _RULE_KEYS.values() for k in keys)})
+        hint = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5) or (
+            difflib.get_close_matches(str(key), every, n=1, cutoff=0.5)
+        )
+        suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+        raise ConfigError(
+            f"{where}: unknown key '{path}.{key}'; {suggestion}valid keys for {kind!r}: "
+            f"{', '.join(valid)}"
+        )
+    for key in _RULE_REQUIRED[kind]:
+        if entry.get(key) is None:
+            raise ConfigError(f"{where}: '{path}.{key}' is missing: a {kind} rule needs it")
+    if kind == "stall" and entry.get("seconds") is None and entry.get("multiple") is None:
+        raise ConfigError(
+            f"{where}: a stall rule needs '{path}.seconds' (no step for that long) or "
+            f"'{path}.multiple' (no step for that many median step intervals), or both"
+        )
+    kwargs: dict[str, Any] = {"kind": kind}
+    for key, value in entry.items():
+        if key == "kind":
+            continue
+        expected = _without_null(_field_type(AlertRuleConfig, key))
+        kwargs[key] = _convert(value, expected, f"{path}.{key}", where)
+    _check_rule_ranges(kwargs, path, where)
+    return AlertRuleConfig(**kwargs)
+
+
+def _without_null(tp: Any) -> Any:
+    """``float | None`` → ``float``: a key given in a rule must have a value."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return options[0]
+    return tp
+
+
+def _check_rule_ranges(kwargs: Mapping[str, Any], path: str, where: str) -> None:
+    def bad(key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{where}: '{path}.{key}' = {kwargs[key]!r}: expected {expected}")
+
+    inf = float("inf")
+    if not kwargs["name"].strip():
+        raise bad("name", "a non-empty name")
+    if "metric" in kwargs and not kwargs["metric"]:
+        raise bad("metric", "a metric name such as 'train/loss'")
+    for key in ("for_steps", "windows"):
+        if key in kwargs and kwargs[key] < 1:
+            raise bad(key, "an integer >= 1")
+    if "window" in kwargs and kwargs["window"] < 2:
+        raise bad("window", "an integer >= 2")
+    if "min_samples" in kwargs and not 1 <= kwargs["min_samples"] <= kwargs.get("window", 100):
+        raise bad("min_samples", "an integer from 1 to window")
+    if "threshold" in kwargs and kwargs["threshold"] != kwargs["threshold"]:
+        raise bad("threshold", "a number (not NaN)")
+    if "factor" in kwargs and not 1 < kwargs["factor"] < inf:
+        raise bad("factor", "a finite number > 1")
+    if "percent" in kwargs and not 0 < kwargs["percent"] < 100:
+        raise bad("percent", "a number between 0 and 100")
+    if "seconds" in kwargs and not 0 < kwargs["seconds"] < inf:
+        raise bad("seconds", "a finite number of seconds > 0")
+    if "multiple" in kwargs and not 1 < kwargs["multiple"] < inf:
+        raise bad("multiple", "a finite number > 1")
+    if "cooldown_s" in kwargs and not 0 <= kwargs["cooldown_s"] < inf:
+        raise bad("cooldown_s", "a finite number of seconds >= 0")
+    labels = kwargs.get("labels", {})
+    for label, text in labels.items():
+        if not isinstance(label, str) or not isinstance(text, str):
+            raise ConfigError(
+                f"{where}: '{path}.labels' has {label!r}: {text!r}; expected string keys and "
+                f"string values"
+            )
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Alert rules and the sinks that deliver alerts (trainmon's own section, key ``alerts``).
+
+    Rules are checked when the config is loaded: a bad one is a :class:`ConfigError` naming it.
+    """
+
+    rules: list[dict[str, Any]] = _doc(
+        "Alert rules, each a mapping with name, kind (threshold, non_finite, spike, drop, "
+        "growth, stall), metric and the kind's keys; see trainmon.alerts.rules.",
+        default_factory=list,
+    )
+    sinks: list[dict[str, Any]] = _doc(
+        'Where alerts go, each a mapping with a "type" (console, file, webhook, ...).',
+        default_factory=lambda: [{"type": "console"}],
+    )
+
+    def __post_init__(self) -> None:
+        parse_alert_rules(self.rules)
+
+    def rule_configs(self) -> tuple[AlertRuleConfig, ...]:
+        """The rules, checked and typed."""
+        return parse_alert_rules(self.rules)
+
+
 @dataclass(frozen=True)
 class TrainmonConfig:
     """The monitoring part of a DeepSpeed-style config, validated; ``raw`` keeps the whole dict."""
@@ -204,6 +448,7 @@ class TrainmonConfig:
     trainmon: PipelineConfig = field(default_factory=PipelineConfig)
     comms_logger: CommsLoggerConfig = field(default_factory=CommsLoggerConfig)
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 

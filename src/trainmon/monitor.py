@@ -14,6 +14,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
+from trainmon.alerts.engine import AlertSystem, build_alerts
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
@@ -51,6 +52,8 @@ class Monitor:
     ) -> None:
         self.config = load_config(config)
         self.place = place or discover()
+        # alert rules, stall watchdog and sinks (config.alerts); None without rules
+        self.alerts: AlertSystem | None = build_alerts(self.config, self.place)
         pipeline_config = self.config.trainmon
         if writers is None:
             writes = writes_on_rank(self.place, pipeline_config.per_rank_output)
@@ -67,6 +70,8 @@ class Monitor:
         self._closed = False
         self.callbacks: list[Any] = []
         self._stop_reason: str | None = None
+        if self.alerts is not None:
+            self.alerts.start(self)
         _register(self)
 
     # ---- the hot path ----------------------------------------------------------------------
@@ -230,6 +235,8 @@ class Monitor:
             return
         self._closed = True
         self._pipeline.close()
+        if self.alerts is not None:
+            self.alerts.close()
         _live.discard(self)
 
     def __enter__(self) -> Monitor:

@@ -1,0 +1,389 @@
+"""The alert engine: rules on the monitor's background stream, the stall watchdog, delivery.
+
+:func:`build_alerts` turns ``config.alerts`` into an :class:`AlertSystem` (or None when there
+are no rules); the :class:`~trainmon.monitor.Monitor` starts it and closes it. On the rank that
+writes, an :class:`AlertEngine` watches the pipeline as an
+:class:`~trainmon.pipeline.Observer`; on every rank a
+:class:`~trainmon.alerts.watchdog.StallWatchdog` watches the training thread's progress.
+
+Where each metric rule looks (see :mod:`trainmon.alerts.rules` for the kinds):
+
+* **Per step** (``Observer.on_records``): a rule whose metric is logged per step is evaluated
+  on each logged value.
+* **Per window** (``Observer.on_window``): ``growth`` rules, on the window mean; and any other
+  rule whose metric never came in a per-step record: the cross-rank statistics
+  (``perf/straggler_ratio``, ``<name>/max``, ...) exist only at a window's end — the pipeline
+  writes them straight to the writers and merges them into the window, so ``on_records``
+  never sees them. Such a rule is evaluated on the window's value at its last step.
+
+No value is judged twice: a metric counts as per-step from the first time it comes in a
+per-step record, and only metrics that never did are read from windows. Because the pipeline
+may hand over a window before the per-step records of the same batch, a window is evaluated
+only once the records up to its last step have been seen (at once in the usual case, else at
+the end of the next ``on_records``).
+
+Each alert goes, in this order, to a stop request (``"action": "stop"``, firing only), to the
+sinks (``trainmon.alerts.sinks.build_dispatcher``: queued for the sinks' own threads; only on
+ranks that write; when that module is missing, to the ``trainmon`` logger instead), and to the
+``on_alert(alert)`` hook of every callback added with ``Monitor.add_callback`` — called on
+the thread that raised the alert (the pipeline's thread for rules, the watchdog's for stalls).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from trainmon.aggregate import WindowStats
+from trainmon.alerts.model import Alert
+from trainmon.alerts.rules import AlertTracker, Condition, build_condition
+from trainmon.alerts.watchdog import StallWatchdog
+from trainmon.config import AlertRuleConfig, TrainmonConfig
+from trainmon.distributed import ProcessPlace, writes_on_rank
+from trainmon.events import StepScalars
+from trainmon.logging import get_logger
+from trainmon.pipeline import Observer
+
+if TYPE_CHECKING:
+    from trainmon.monitor import Monitor
+
+__all__ = [
+    "ALERT_METRIC_PREFIX",
+    "AlertEngine",
+    "AlertRouter",
+    "AlertSystem",
+    "Dispatcher",
+    "build_alerts",
+    "run_folder",
+]
+
+_log = get_logger("alerts")
+
+ALERT_METRIC_PREFIX = "alerts/"
+"""Every rule writes ``alerts/<name>``: 1 at each firing alert, 0 when resolved."""
+SINKS_MODULE = "trainmon.alerts.sinks"
+DISPATCH_CLOSE_TIMEOUT_S = 10.0
+
+
+class Dispatcher(Protocol):
+    """What the sinks module's ``build_dispatcher`` returns: ``submit`` never blocks."""
+
+    def submit(self, alert: Alert) -> None: ...
+
+    def close(self, timeout: float = ...) -> None: ...
+
+
+class LogDispatcher:
+    """Delivery when the sinks module is not there: each alert is one ``trainmon`` log line."""
+
+    _LEVELS: Mapping[str, int] = {"info": 20, "warning": 30, "critical": 40}
+
+    def submit(self, alert: Alert) -> None:
+        """Log the alert's message (critical as ERROR, resolved as INFO)."""
+        level = 20 if alert.state == "resolved" else self._LEVELS.get(alert.severity, 30)
+        _log.log(level, "alert %s %s: %s", alert.rule, alert.state, alert.message)
+
+    def close(self, timeout: float = 0.0) -> None:
+        """Nothing is queued."""
+
+
+def build_dispatcher(
+    sinks: Sequence[Mapping[str, Any]], *, run_dir: Path | None, job: str, rank: int
+) -> Dispatcher:
+    """The sinks module's dispatcher for ``alerts.sinks``, or a :class:`LogDispatcher` while
+    that module does not exist (an import error inside it is a bug, and is raised)."""
+    if importlib.util.find_spec(SINKS_MODULE) is None:
+        _log.debug("%s is not available: alerts are logged", SINKS_MODULE)
+        return LogDispatcher()
+    module: Any = importlib.import_module(SINKS_MODULE)
+    dispatcher: Dispatcher = module.build_dispatcher(
+        list(sinks), run_dir=run_dir, job=job, rank=rank
+    )
+    return dispatcher
+
+
+class AlertRouter:
+    """Sends an alert where it goes: stop request, sinks, then the callbacks' ``on_alert``."""
+
+    def __init__(self, dispatcher: Dispatcher | None, monitor: Monitor | None = None) -> None:
+        self.dispatcher = dispatcher
+        self._monitor: Callable[[], Monitor | None] = (
+            weakref.ref(monitor) if monitor is not None else lambda: None
+        )
+        self._reported_callbacks: set[int] = set()
+
+    def send(self, alert: Alert, rule: AlertRuleConfig) -> None:
+        """Route one alert; never raises (a failing callback is reported once)."""
+        monitor = self._monitor()
+        if monitor is not None and rule.action == "stop" and alert.state == "firing":
+            monitor.request_stop(f"alert rule {rule.name!r}: {alert.message}")
+        if self.dispatcher is not None:
+            try:
+                self.dispatcher.submit(alert)
+            except Exception:
+                _log.warning(
+                    "alert %r could not be queued for the sinks", alert.rule, exc_info=True
+                )
+        for callback in monitor.callbacks if monitor is not None else ():
+            hook = getattr(callback, "on_alert", None)
+            if hook is None:
+                continue
+            try:
+                hook(alert)
+            except Exception:
+                if id(callback) not in self._reported_callbacks:
+                    self._reported_callbacks.add(id(callback))
+                    _log.warning(
+                        "%r.on_alert failed; its later failures are not printed",
+                        callback,
+                        exc_info=True,
+                    )
+
+
+class _Watch:
+    """One metric rule: its condition and the tracker that turns verdicts into alerts."""
+
+    __slots__ = ("condition", "rule", "tracker")
+
+    def __init__(self, rule: AlertRuleConfig, tracker: AlertTracker) -> None:
+        self.rule = rule
+        self.condition: Condition = build_condition(rule)
+        self.tracker = tracker
+
+
+class AlertEngine(Observer):
+    """Evaluates the metric rules on the pipeline's background thread (see the module doc)."""
+
+    def __init__(
+        self,
+        rules: Sequence[AlertRuleConfig],
+        send: Callable[[Alert, AlertRuleConfig], None],
+        *,
+        job: str = "",
+        rank: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._send = send
+        self.watches = [
+            _Watch(rule, AlertTracker(rule, job=job, rank=rank, clock=clock))
+            for rule in rules
+            if rule.kind != "stall"
+        ]
+        self._by_metric: dict[str, list[_Watch]] = {}
+        for watch in self.watches:
+            if watch.rule.kind != "growth":
+                self._by_metric.setdefault(watch.rule.metric or "", []).append(watch)
+        self._growth = [w for w in self.watches if w.rule.kind == "growth"]
+        self._per_step: set[str] = set()
+        self._seen_through = -math.inf
+        self._pending: deque[WindowStats] = deque()
+
+    # ---- Observer hooks (pipeline thread) ---------------------------------------------------
+
+    def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
+        """Judge every watched metric in these per-step records; then any window waiting."""
+        out: list[StepScalars] = []
+        by_metric = self._by_metric
+        per_step = self._per_step
+        seen = self._seen_through
+        for record in records:
+            values = record.values
+            for metric, watches in by_metric.items():
+                value = values.get(metric)
+                if value is None:
+                    continue
+                if metric not in per_step:
+                    per_step.add(metric)
+                for watch in watches:
+                    self._judge(watch, float(value), record.step, record.wall_time, out)
+            if record.step > seen:
+                seen = record.step
+        self._seen_through = seen
+        self._judge_windows(out, force=False)
+        return out
+
+    def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
+        """Judge growth rules and window-only metrics, once this window's records were seen."""
+        self._pending.append(window)
+        out: list[StepScalars] = []
+        self._judge_windows(out, force=False)
+        return out
+
+    def close(self) -> None:
+        """Judge any window still waiting (its alerts are sent, not written as metrics)."""
+        self._judge_windows([], force=True)
+
+    # ---- evaluation -------------------------------------------------------------------------
+
+    @property
+    def firing(self) -> list[Alert]:
+        """The alerts firing now."""
+        return [w.tracker.active for w in self.watches if w.tracker.active is not None]
+
+    def _judge_windows(self, out: list[StepScalars], *, force: bool) -> None:
+        pending = self._pending
+        while pending and (force or pending[0].last_step <= self._seen_through):
+            window = pending.popleft()
+            metrics = window.metrics
+            for watch in self._growth:
+                stats = metrics.get(watch.rule.metric or "")
+                if stats is not None:
+                    self._judge(watch, stats.mean, window.last_step, window.end_time, out)
+            for metric, watches in self._by_metric.items():
+                stats = metrics.get(metric)
+                if stats is None or metric in self._per_step:
+                    continue
+                for watch in watches:
+                    self._judge(watch, float(stats.mean), window.last_step, window.end_time, out)
+
+    def _judge(
+        self, watch: _Watch, value: float, step: int, when: float, out: list[StepScalars]
+    ) -> None:
+        verdict = watch.condition.check(value, step)
+        alert = watch.tracker.update(verdict, value=value, step=step, when=when)
+        if alert is None:
+            return
+        flag = 1 if alert.state == "firing" else 0
+        out.append(StepScalars(step, when, {ALERT_METRIC_PREFIX + watch.rule.name: flag}))
+        self._send(alert, watch.rule)
+
+
+class AlertSystem:
+    """What ``Monitor.alerts`` holds: the rule engine (ranks that write), the stall watchdog
+    (every rank) and the delivery; built by :func:`build_alerts`, started by the monitor."""
+
+    def __init__(
+        self,
+        rules: Sequence[AlertRuleConfig],
+        *,
+        dispatcher: Dispatcher | None,
+        evaluates: bool,
+        run_dir: Path,
+        job: str,
+        rank: int,
+    ) -> None:
+        self.rules = tuple(rules)
+        self.dispatcher = dispatcher
+        self.run_dir = run_dir
+        """Where stack files go: the run folder (see :func:`run_folder`), else the current
+        directory."""
+        self.job = job
+        self.rank = rank
+        self._evaluates = evaluates
+        self.router = AlertRouter(dispatcher)
+        self.engine: AlertEngine | None = None
+        self.watchdog: StallWatchdog | None = None
+        self._closed = False
+
+    def start(self, monitor: Monitor) -> None:
+        """Watch ``monitor``: rules on its pipeline, the watchdog on its training thread."""
+        self.router = AlertRouter(self.dispatcher, monitor)
+        metric_rules = [r for r in self.rules if r.kind != "stall"]
+        if self._evaluates and metric_rules:
+            self.engine = AlertEngine(metric_rules, self.router.send, job=self.job, rank=self.rank)
+            monitor._pipeline.add_observer(self.engine)
+        stall_rules = [r for r in self.rules if r.kind == "stall"]
+        if stall_rules:
+            self.watchdog = StallWatchdog(
+                stall_rules,
+                progress=_progress_of(monitor),
+                stack_dir=self.run_dir,
+                send=self.router.send,
+                delivers=self.dispatcher is not None,
+                write_metric=_metric_writer(monitor) if self._evaluates else None,
+                job=self.job,
+                rank=self.rank,
+            )
+            self.watchdog.start()
+
+    @property
+    def firing(self) -> list[Alert]:
+        """The alerts firing now, from rules and from the stall watchdog."""
+        engine = self.engine.firing if self.engine is not None else []
+        return engine + (self.watchdog.firing if self.watchdog is not None else [])
+
+    def close(self, timeout: float = DISPATCH_CLOSE_TIMEOUT_S) -> None:
+        """Stop the watchdog and deliver what is queued (at most ``timeout`` s). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.dispatcher is not None:
+            try:
+                self.dispatcher.close(timeout)
+            except Exception:
+                _log.warning("closing the alert sinks failed", exc_info=True)
+
+
+def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:
+    """``(monitor.step, events queued or dropped)``: both written only by the training thread,
+    read here without a lock, so watching costs the training loop nothing."""
+    ref = weakref.ref(monitor)
+    pipeline = monitor._pipeline
+
+    def progress() -> tuple[int, int]:
+        current = ref()
+        step = current._step if current is not None else 0
+        return step, pipeline._enqueued + pipeline.dropped
+
+    return progress
+
+
+def _metric_writer(monitor: Monitor) -> Callable[[str, float, int], None]:
+    """Queue ``alerts/<name>`` from the watchdog's thread (the pipeline then writes it)."""
+    ref = weakref.ref(monitor)
+
+    def write(name: str, value: float, step: int) -> None:
+        current = ref()
+        if current is not None:
+            current.write_events([(name, value, step)])
+
+    return write
+
+
+def run_folder(config: TrainmonConfig, place: ProcessPlace) -> tuple[Path | None, str]:
+    """The run's folder and job name: the JSONL writer's folder when it is enabled, else
+    TensorBoard's, else the CSV writer's (with ``rank-<r>`` under ``per_rank_output``); None
+    and an empty job name when no file writer is enabled."""
+    from trainmon.writers import output_dir
+
+    for key in ("jsonl", "tensorboard", "csv_monitor"):
+        section = getattr(config, key)
+        if section.enabled:
+            return output_dir(config, section, place), section.job_name
+    return None, ""
+
+
+def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | None:
+    """The alert system for ``config.alerts`` on this process, or None without rules.
+
+    Rules and sinks are checked here (start-up); nothing watches anything until
+    :meth:`AlertSystem.start`. Metric rules and delivery exist on ranks that write; stall
+    rules on every rank.
+    """
+    rules = config.alerts.rule_configs()
+    if not rules:
+        return None
+    evaluates = writes_on_rank(place, config.trainmon.per_rank_output)
+    run_dir, job = run_folder(config, place)
+    dispatcher = None
+    if evaluates:
+        dispatcher = build_dispatcher(
+            config.alerts.sinks, run_dir=run_dir, job=job, rank=place.rank
+        )
+    return AlertSystem(
+        rules,
+        dispatcher=dispatcher,
+        evaluates=evaluates,
+        run_dir=(run_dir if run_dir is not None else Path.cwd()).absolute(),
+        job=job,
+        rank=place.rank,
+    )

@@ -1,0 +1,356 @@
+"""Alert rules: what each kind of ``alerts.rules`` entry means, and its small state machine.
+
+The schema (checked when the config is loaded; a bad rule is a :class:`trainmon.ConfigError`
+naming ``alerts.rules[i]``, the rule's name and the key)::
+
+    "alerts": {
+      "rules": [
+        {"name": "grad-explosion", "metric": "train/grad_norm", "op": ">", "threshold": 10.0,
+         "for_steps": 3},
+        {"name": "loss-nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"},
+        {"name": "loss-spike", "metric": "train/loss", "kind": "spike", "factor": 3.0,
+         "window": 100},
+        {"name": "slowdown", "metric": "perf/samples_per_sec", "kind": "drop", "percent": 30,
+         "window": 200},
+        {"name": "leak", "metric": "mem/peak_allocated_mb", "kind": "growth", "windows": 5},
+        {"name": "straggler", "metric": "perf/straggler_ratio", "op": ">", "threshold": 1.5},
+        {"name": "hang", "kind": "stall", "seconds": 300}
+      ],
+      "sinks": [{"type": "console"}, {"type": "file"}]
+    }
+
+Keys of every rule: ``name`` (required, unique; the rule also writes the metric
+``alerts/<name>``), ``kind`` (default ``threshold`` when ``op`` is given, else required),
+``metric`` (required, except for ``stall``), ``severity`` (``info`` / ``warning`` (default) /
+``critical``), ``action`` (``alert`` (default), or ``stop``: also ask the training loop to stop,
+see below), ``cooldown_s`` (default 300: while the condition lasts the alert is sent again
+after this many seconds) and ``labels`` (a mapping of strings copied into every alert).
+
+Kinds, and the keys only they take:
+
+* ``threshold``: the value compared with ``threshold`` by ``op`` (``>``, ``>=``, ``<``, ``<=``,
+  ``==``, ``!=``) holds for ``for_steps`` consecutive values (default 1).
+* ``non_finite``: the value is NaN or ±Inf (``for_steps`` as above).
+* ``spike``: the value is above ``factor`` (> 1) times the **median** of the previous
+  ``window`` values (default 100; ``"baseline": "mean"`` for their mean). It cannot fire before
+  ``min_samples`` values were seen (default ``min(10, window)``). Meant for positive metrics.
+* ``drop``: the value is more than ``percent`` % below the same kind of baseline
+  (``window``, ``baseline``, ``min_samples`` and ``for_steps`` as for ``spike``).
+* ``growth``: the metric's window mean (see ``trainmon.window_steps``) rose in each of the last
+  ``windows`` consecutive windows (default 5, so it needs ``windows + 1`` windows).
+* ``stall``: no training step for ``seconds``, or for ``multiple`` (> 1) times the recent
+  median step interval; with both, the longer of the two. See :mod:`trainmon.alerts.watchdog`.
+
+Where rules are evaluated: on the background thread of the rank that writes (rank 0 by
+default), on each logged value of the metric (``for_steps`` counts the steps at which the
+metric was logged). A metric that only exists per window — the cross-rank statistics such as
+``perf/straggler_ratio`` or ``perf/step_time_ms/max`` — is evaluated once per window on that
+window's value (``for_steps`` then counts windows). ``growth`` always works on windows.
+Values that meet a ``spike`` or ``drop`` condition are kept out of its baseline, so a lasting
+drop stays an alert instead of becoming the new normal. NaN values are skipped by
+``threshold``, ``spike`` and ``drop`` (a ``non_finite`` rule is the one that catches them).
+
+Life of an alert: it is sent once when its condition starts (state ``firing``), again after
+``cooldown_s`` while the condition lasts (details ``repeat``), and once more when it ends
+(state ``resolved``). The metric ``alerts/<name>`` is written to every writer at the step of
+each firing (1) and resolved (0) alert. ``"action": "stop"`` makes the monitor request a stop
+when the alert fires: ``Monitor.step_end`` (called by the engine after each step) raises
+:class:`trainmon.TrainingStopped` naming the rule, and a plain loop can call
+``monitor.raise_if_stopped()`` or poll ``monitor.stop_reason``.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+import operator
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon.alerts.model import Alert
+from trainmon.config import AlertRuleConfig
+
+__all__ = [
+    "AlertTracker",
+    "BaselineCondition",
+    "Condition",
+    "GrowthCondition",
+    "NonFiniteCondition",
+    "ThresholdCondition",
+    "Verdict",
+    "build_condition",
+    "format_number",
+]
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def format_number(value: float) -> str:
+    """A value as people read it in an alert: 4 significant digits, NaN and ±Inf spelled out."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A condition's judgement of one value: whether it holds, in words, with the facts."""
+
+    met: bool
+    text: str
+    """One clause with the metric, value and step, e.g. ``train/loss = NaN at step 12``."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Condition(abc.ABC):
+    """Judges one value of a metric (or one window mean, for ``growth``)."""
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+
+    @abc.abstractmethod
+    def check(self, value: float, step: int) -> Verdict | None:
+        """The verdict on ``value`` logged at ``step``; None when it says nothing either way."""
+
+    def _at(self, value: float, step: int) -> str:
+        return f"{self.metric} = {format_number(value)} at step {step}"
+
+
+class ThresholdCondition(Condition):
+    """``value <op> threshold``; NaN is skipped (a ``non_finite`` rule catches it)."""
+
+    def __init__(self, metric: str, op: str, threshold: float) -> None:
+        super().__init__(metric)
+        self.op = op
+        self.threshold = threshold
+        self._compare = _OPS[op]
+
+    def check(self, value: float, step: int) -> Verdict | None:
+        if value != value:
+            return None
+        limit = f"{self.op} {format_number(self.threshold)}"
+        met = self._compare(value, self.threshold)
+        text = (
+            f"{self._at(value, step)}, {limit}" if met else f"{self._at(value, step)}, not {limit}"
+        )
+        return Verdict(met, text, {"op": self.op, "threshold": self.threshold})
+
+
+class NonFiniteCondition(Condition):
+    """The value is NaN, +Inf or -Inf."""
+
+    def check(self, value: float, step: int) -> Verdict:
+        met = value - value != 0
+        text = f"{self._at(value, step)}, {'not' if met else 'again'} a finite number"
+        return Verdict(met, text)
+
+
+class BaselineCondition(Condition):
+    """``spike`` (value above ``factor`` x baseline) or ``drop`` (value more than ``percent`` %
+    below baseline), the baseline being the median or mean of the last ``window`` values that
+    did not meet the condition."""
+
+    def __init__(
+        self,
+        metric: str,
+        kind: str,
+        *,
+        window: int,
+        baseline: str,
+        min_samples: int,
+        factor: float | None = None,
+        percent: float | None = None,
+    ) -> None:
+        super().__init__(metric)
+        self.kind = kind
+        self.baseline = baseline
+        self.min_samples = min_samples
+        self.factor = factor
+        self.percent = percent
+        self._values: deque[float] = deque(maxlen=window)
+        self._average: Callable[[deque[float]], float] = (
+            statistics.median if baseline == "median" else statistics.fmean
+        )
+
+    def check(self, value: float, step: int) -> Verdict | None:
+        if value - value != 0:
+            return None  # NaN/Inf says nothing about a spike; it stays out of the baseline
+        history = self._values
+        if len(history) < self.min_samples:
+            history.append(value)
+            return None
+        base = self._average(history)
+        of = f"its {self.baseline} of the last {len(history)} values ({format_number(base)})"
+        facts: dict[str, Any] = {"baseline": base, "baseline_kind": self.baseline}
+        if self.kind == "spike":
+            factor = self.factor or 0.0
+            ratio = value / base if base > 0 else math.nan
+            met = base > 0 and value > factor * base
+            facts.update(factor=factor, ratio=ratio)
+            how = f"{format_number(ratio)} x {of}"
+            limit = f"{'above' if met else 'within'} {format_number(factor)} x"
+        else:
+            percent = self.percent or 0.0
+            below = (1.0 - value / base) * 100.0 if base > 0 else math.nan
+            met = base > 0 and below > percent
+            facts.update(percent=percent, below_percent=below)
+            how = f"{format_number(below)}% below {of}"
+            limit = f"{'more than' if met else 'within'} {format_number(percent)}%"
+        if not met:
+            history.append(value)
+        return Verdict(met, f"{self._at(value, step)}, {how}: {limit}", facts)
+
+
+class GrowthCondition(Condition):
+    """The window mean rose in each of the last ``windows`` consecutive windows."""
+
+    def __init__(self, metric: str, windows: int) -> None:
+        super().__init__(metric)
+        self.windows = windows
+        self._means: deque[float] = deque(maxlen=windows + 1)
+
+    def check(self, value: float, step: int) -> Verdict | None:
+        means = self._means
+        means.append(value)
+        if len(means) <= self.windows:
+            return None
+        rising = all(later > earlier for earlier, later in itertools.pairwise(means))
+        trail = ", ".join(format_number(m) for m in means)
+        if rising:
+            text = (
+                f"{self.metric} window mean rose in each of the last {self.windows} windows "
+                f"({trail}), to {format_number(value)} at step {step}"
+            )
+        else:
+            text = f"{self.metric} window mean {format_number(value)} at step {step} stopped rising"
+        return Verdict(rising, text, {"window_means": list(means)})
+
+
+def build_condition(rule: AlertRuleConfig) -> Condition:
+    """The condition of a metric rule (every kind but ``stall``)."""
+    metric = rule.metric or ""
+    if rule.kind == "threshold":
+        return ThresholdCondition(metric, rule.op or ">", float(rule.threshold or 0.0))
+    if rule.kind == "non_finite":
+        return NonFiniteCondition(metric)
+    if rule.kind in ("spike", "drop"):
+        return BaselineCondition(
+            metric,
+            rule.kind,
+            window=rule.window,
+            baseline=rule.baseline,
+            min_samples=rule.min_samples or min(10, rule.window),
+            factor=rule.factor,
+            percent=rule.percent,
+        )
+    if rule.kind == "growth":
+        return GrowthCondition(metric, rule.windows)
+    raise ValueError(f"rule {rule.name!r}: kind {rule.kind!r} has no metric condition")
+
+
+class AlertTracker:
+    """Turns one rule's verdicts into alerts: ``firing`` once the condition has held for
+    ``for_steps`` verdicts in a row, again after ``cooldown_s`` while it lasts, ``resolved``
+    at the first verdict where it does not hold. Not thread-safe: one thread feeds it."""
+
+    def __init__(
+        self,
+        rule: AlertRuleConfig,
+        *,
+        job: str = "",
+        rank: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rule = rule
+        self.job = job
+        self.rank = rank
+        self.clock = clock
+        self.active: Alert | None = None
+        """The alert that is firing now, or None."""
+        self._streak = 0
+        self._sent_at = 0.0
+        self._repeats = 0
+
+    @property
+    def firing(self) -> bool:
+        """True while the condition lasts (from the first ``firing`` to the ``resolved``)."""
+        return self.active is not None
+
+    def update(
+        self, verdict: Verdict | None, *, value: float | None, step: int | None, when: float
+    ) -> Alert | None:
+        """Feed one verdict (None is ignored); return the alert to send, if any."""
+        if verdict is None:
+            return None
+        rule = self.rule
+        if not verdict.met:
+            self._streak = 0
+            if self.active is None:
+                return None
+            self.active = None
+            return self._alert("resolved", verdict.text, verdict, value, step, when)
+        self._streak += 1
+        if self.active is None:
+            if self._streak < rule.for_steps:
+                return None
+            text = verdict.text
+            if rule.for_steps > 1:
+                text += f", for {rule.for_steps} consecutive values"
+            self._sent_at = self.clock()
+            self._repeats = 0
+            self.active = self._alert("firing", text, verdict, value, step, when)
+            return self.active
+        if self.clock() - self._sent_at < rule.cooldown_s:
+            return None
+        self._sent_at = self.clock()
+        self._repeats += 1
+        since = self.active.step
+        message = f"still firing since step {since}: {verdict.text}"
+        details = {"repeat": self._repeats, "since_step": since}
+        return self._alert("firing", message, verdict, value, step, when, details)
+
+    def _alert(
+        self,
+        state: str,
+        message: str,
+        verdict: Verdict,
+        value: float | None,
+        step: int | None,
+        when: float,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Alert:
+        rule = self.rule
+        details = dict(verdict.details)
+        if extra:
+            details.update(extra)
+        return Alert(
+            rule=rule.name,
+            kind=rule.kind,
+            state="firing" if state == "firing" else "resolved",
+            message=message,
+            metric=rule.metric,
+            value=value,
+            step=step,
+            time=when,
+            severity=rule.severity,
+            job=self.job,
+            rank=self.rank,
+            labels=dict(rule.labels),
+            details=details,
+        )
