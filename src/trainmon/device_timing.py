@@ -90,8 +90,9 @@ class EventPool:
 
     def release(self, events: list[Any]) -> None:
         """Return events whose recordings have completed (called after ``synchronize``)."""
-        if len(self._free) < self._keep:
-            self._free.extend(events)
+        room = self._keep - len(self._free)
+        if room > 0:
+            self._free.extend(events[:room])
 
     @property
     def free(self) -> int:
@@ -130,12 +131,19 @@ class CudaSpanTimer:
 
     __slots__ = ("_current_stream", "_device", "_events", "_pool")
 
-    def __init__(self, pool: EventPool, device: Any = None) -> None:
-        import torch
+    def __init__(
+        self,
+        pool: EventPool,
+        device: Any = None,
+        current_stream: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if current_stream is None:
+            import torch
 
+            current_stream = torch.cuda.current_stream
         self._pool = pool
         self._device = device
-        self._current_stream: Callable[[Any], Any] = torch.cuda.current_stream
+        self._current_stream = current_stream
         self._events: list[Any] = []
 
     def start(self) -> None:
@@ -163,12 +171,14 @@ def cuda_event_pool() -> EventPool:
     """An :class:`EventPool` of ``torch.cuda.Event(enable_timing=True)``."""
     import torch
 
-    return EventPool(lambda: torch.cuda.Event(enable_timing=True))
+    event_type: Any = torch.cuda.Event
+    return EventPool(lambda: event_type(enable_timing=True))
 
 
 def span_timers(device: Any, count: int) -> list[SpanTimer]:
     """``count`` timers for ``device``: CUDA event timers sharing one pool on a CUDA device,
-    host timers elsewhere (the CPU and devices whose calls return when the work is done)."""
+    host timers elsewhere (exact on the CPU; on other asynchronous devices they measure the
+    host's time to issue the work)."""
     if getattr(device, "type", None) == "cuda":
         pool = cuda_event_pool()
         return [CudaSpanTimer(pool, device) for _ in range(count)]

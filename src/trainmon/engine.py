@@ -9,22 +9,40 @@
         model.backward(loss)     # loss / gradient_accumulation_steps, then backward, timed
         model.step()             # optimizer step at accumulation boundaries, timed, logged
 
-At every optimizer step the engine enqueues, in one call, ``train/loss`` (the mean of the
-step's micro-batch losses), ``train/lr``, ``train/grad_norm``, ``perf/step_time_ms``,
-``perf/samples_per_sec``, ``mem/rss_mb``, ``mem/peak_rss_mb`` and, when configured,
-``perf/tokens_per_sec``, ``perf/tflops``, ``perf/mfu``, ``train/loss_scale``, the
-``wall_clock_breakdown`` parts (``perf/forward_ms``, ``perf/backward_ms``,
-``perf/optimizer_ms``, ``perf/comm_ms``, ``perf/data_ms``) and CUDA memory (``mem/...``).
+Every optimizer step enqueues, in one call, at step ``global_steps``:
 
-The training thread only reads ``perf_counter``, appends to lists, issues device operations and
-enqueues: tensors (loss, gradient norm, loss scale), CUDA event timings and ``/proc`` reads are
-turned into numbers on the monitor's background thread. torch is imported when an engine is
-built, never by ``import trainmon``.
+* ``train/loss``: mean of the step's micro-batch losses (unscaled); ``train/lr``: group 0's
+  rate after the step's scheduler update (what DeepSpeed logs); ``train/grad_norm``: the
+  global 2-norm before clipping; ``train/loss_scale`` with fp16.
+* ``perf/step_time_ms``: host time between the ends of consecutive optimizer steps (the first
+  from the first forward). On a GPU the host may run ahead of the device, so single steps
+  jitter but the average is the device's pace. ``perf/samples_per_sec``: this rank's
+  ``micro x gas`` samples over that time; with ``throughput`` settings also
+  ``perf/tokens_per_sec``, ``perf/tflops`` (achieved, this device) and ``perf/mfu``
+  (only with a known peak: ``throughput.peak_tflops`` or the table in ``trainmon.throughput``).
+* With ``wall_clock_breakdown``: ``perf/forward_ms``, ``perf/backward_ms`` (sums over the
+  step's micro-batches; CUDA event time on a GPU, host time elsewhere), ``perf/optimizer_ms``
+  (unscale, clip, optimizer and scheduler step, zero_grad), ``perf/comm_ms`` (time in
+  collectives from ``trainmon.comms``; 0.0 without torch.distributed) and ``perf/data_ms``:
+  the wait inside the iterator of the DataLoader that ``initialize`` returns, or, with your own
+  loader, the host time from the end of ``step()``/``backward()`` to the next forward.
+* ``mem/rss_mb``, ``mem/peak_rss_mb`` (read in the background); on CUDA also
+  ``mem/allocated_mb``, ``mem/peak_allocated_mb``, ``mem/reserved_mb`` and, every
+  ``steps_per_print`` steps, ``mem/alloc_retries``.
+
+A value you log yourself under one of these names at the same step replaces the automatic one
+(the last value of a step wins). The training thread only reads ``perf_counter``, appends to
+lists, issues device operations and enqueues: tensors, CUDA event timings and ``/proc`` reads
+become numbers on the monitor's background thread. torch is imported when an engine is built,
+never by ``import trainmon``.
 
 Differences from DeepSpeed, on purpose: the engine is not an ``nn.Module`` (attribute lookups
 fall through to the wrapped module); the model is not moved to a device (move it before
 ``initialize``); fp16 is ``torch.autocast`` plus ``torch.amp.GradScaler`` with fp32 weights
-rather than an fp16 copy of the model; ZeRO and checkpointing are not provided.
+rather than an fp16 copy of the model; forwards under ``torch.no_grad()`` are passed through
+untimed; ZeRO, pipeline parallelism and checkpointing are not provided. Under
+torch.distributed, parameters are broadcast from rank 0 and gradients averaged over ranks at
+each boundary, as DeepSpeed does, unless the module is already DDP or FSDP.
 """
 
 from __future__ import annotations
@@ -306,14 +324,29 @@ class TrainmonEngine:
         training_data: Any = None,
         collate_fn: Callable[..., Any] | None = None,
     ) -> None:
-        import torch
-
         self.module = module
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.config = config
         self._owns_monitor = monitor is None
         self.monitor = Monitor(config) if monitor is None else monitor
+        try:
+            self._set_up(module, config, batch, training_data, collate_fn)
+        except BaseException:
+            if self._owns_monitor:
+                self.monitor.close()
+            raise
+
+    def _set_up(
+        self,
+        module: torch.nn.Module,
+        config: TrainmonConfig,
+        batch: BatchSizes,
+        training_data: Any,
+        collate_fn: Callable[..., Any] | None,
+    ) -> None:
+        import torch
+
         self.global_steps = 0
         self.global_samples = 0
         self.micro_steps = 0
@@ -378,6 +411,7 @@ class TrainmonEngine:
             )
         self._cuda_memory = on_cuda
         self._print_every = config.steps_per_print
+        self._step_end: Callable[[Any, int], None] | None = getattr(self.monitor, "step_end", None)
         self._names = self._metric_names(with_retries=False)
         self._names_with_retries = self._metric_names(with_retries=on_cuda)
 
@@ -462,7 +496,7 @@ class TrainmonEngine:
             timer.start()
         try:
             self._losses.append(loss.detach())
-            scaled = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss
+            scaled: Any = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss
             if self._scaler is not None:
                 scaled = self._scaler.scale(scaled)
             scaled.backward(retain_graph=retain_graph)
@@ -477,7 +511,8 @@ class TrainmonEngine:
 
     def step(self, lr_kwargs: Mapping[str, Any] | None = None) -> None:
         """Count a micro-batch; at an accumulation boundary clip, step the optimizer and the
-        scheduler, zero the gradients and log the step's metrics."""
+        scheduler, zero the gradients, log the step's metrics and run the monitor's
+        ``on_step_end`` callbacks (which may raise ``TrainingStopped``)."""
         if not self._backward_since_step:
             raise EngineUsageError(
                 "step() was called without a backward() since the previous step(): call "
@@ -487,10 +522,13 @@ class TrainmonEngine:
                 "model.backward(loss) first"
             )
         self._backward_since_step = False
-        self._step_applied = (self.micro_steps + 1) % self._gas == 0
-        if self._step_applied:
+        self._step_applied = applied = (self.micro_steps + 1) % self._gas == 0
+        if applied:
             self._optimizer_step(lr_kwargs)
         self.micro_steps += 1
+        if applied and self._step_end is not None:
+            # on_step_end callbacks; raises TrainingStopped when an alert asked to stop
+            self._step_end(self, self.global_steps)
         self._idle_since = time.perf_counter()
 
     def _optimizer_step(self, lr_kwargs: Mapping[str, Any] | None) -> None:
@@ -537,6 +575,8 @@ class TrainmonEngine:
         """The step's ``(name, value)`` pairs, in the order of the precomputed names."""
         losses = self._losses
         self._losses = []
+        # the comms logger holds each collective until handed over: take them every step
+        comm_ms = self._comms.take_step_comm_ms() if self._comms is not None else 0.0
         values: list[Any] = [
             losses[0] if len(losses) == 1 else TensorMean(losses),
             self.optimizer.param_groups[0]["lr"],
@@ -559,7 +599,7 @@ class TrainmonEngine:
             values.append(self._fwd_timer.take())  # type: ignore[union-attr]
             values.append(self._bwd_timer.take())  # type: ignore[union-attr]
             values.append(self._opt_timer.take())  # type: ignore[union-attr]
-            values.append(self._comms.take_step_comm_ms() if self._comms is not None else 0.0)
+            values.append(comm_ms)
             values.append(self._data_s * 1e3)
             self._data_s = 0.0
         values.append(RSS_PROBE)
@@ -570,7 +610,7 @@ class TrainmonEngine:
             if self.global_steps % self._print_every == 0:
                 values.append(cuda_alloc_retries(self.device))
                 names = self._names_with_retries
-        return tuple(zip(names, values))
+        return tuple(zip(names, values, strict=True))
 
     def _metric_names(self, with_retries: bool) -> tuple[str, ...]:
         names = ["train/loss", "train/lr", "train/grad_norm", "perf/step_time_ms"]
@@ -702,18 +742,20 @@ class TrainmonEngine:
     def _allreduce_gradients(self) -> None:
         """Average gradients across ranks, one flat all-reduce per (device, dtype) group."""
         import torch.distributed as dist
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+        from torch import _utils
 
+        flatten: Any = _utils._flatten_dense_tensors
+        unflatten: Any = _utils._unflatten_dense_tensors
         groups: dict[tuple[Any, Any], list[torch.Tensor]] = {}
         for p in self._params if self._params else self.module.parameters():
             if p.grad is not None:
                 groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
         size = dist.get_world_size()
         for grads in groups.values():
-            flat = _flatten_dense_tensors(grads)
+            flat = flatten(grads)
             dist.all_reduce(flat)
             flat.div_(size)
-            for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            for grad, synced in zip(grads, unflatten(flat, grads), strict=True):
                 grad.copy_(synced)
 
     def _autocast_factory(self, dtype: Any) -> Callable[[], contextlib.AbstractContextManager[Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,58 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
+class _RssSampler:
+    """Reads the resident set size through one kept-open ``/proc/self/statm`` descriptor.
+
+    Used only by the background thread. Samples are reused for ``max_age_s``: the background
+    thread resolves a whole batch of steps at once, so each step of a batch would read the same
+    number anyway, and opening ``/proc`` files per step was the pipeline's largest cost.
+    """
+
+    def __init__(self, max_age_s: float = 0.02) -> None:
+        self.max_age_s = max_age_s
+        self._fd = -1
+        self._pid = -1
+        self._read_at = -1.0
+        self._rss_mb = 0.0
+        self._peak_mb = 0.0
+
+    def rss_mb(self) -> float:
+        """The current RSS in MiB (at most ``max_age_s`` old)."""
+        self._refresh()
+        return self._rss_mb
+
+    def peak_mb(self) -> float:
+        """The peak RSS in MiB, never below the current one (the kernel updates it lazily)."""
+        self._refresh()
+        return self._peak_mb
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < self.max_age_s:
+            return
+        self._read_at = now
+        current = self._read_statm()
+        self._rss_mb = current if current is not None else peak_rss_mb()
+        self._peak_mb = max(peak_rss_mb(), self._rss_mb)
+
+    def _read_statm(self) -> float | None:
+        pid = os.getpid()
+        try:
+            if self._pid != pid:  # first use, or a forked child: /proc/self meant the parent
+                if self._fd >= 0:
+                    os.close(self._fd)
+                    self._fd = -1
+                self._fd = os.open("/proc/self/statm", os.O_RDONLY)
+                self._pid = pid
+            return int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE_MB
+        except (OSError, AttributeError, IndexError, ValueError):
+            return None
+
+
+_SAMPLER = _RssSampler()
+
+
 class RssProbe(Deferred):
     """``mem/rss_mb`` read when resolved, on the background thread (reading ``/proc`` is I/O).
 
@@ -44,22 +97,18 @@ class RssProbe(Deferred):
     __slots__ = ()
 
     def resolve(self) -> float:
-        """The resident set size now, in MiB."""
-        return rss_mb()
+        """The resident set size, in MiB."""
+        return _SAMPLER.rss_mb()
 
 
 class PeakRssProbe(Deferred):
-    """``mem/peak_rss_mb`` read when resolved, on the background thread.
-
-    The kernel updates its high-water mark lazily, so the current RSS is taken into account:
-    the peak is never below ``mem/rss_mb``.
-    """
+    """``mem/peak_rss_mb`` read when resolved, on the background thread; never below the RSS."""
 
     __slots__ = ()
 
     def resolve(self) -> float:
         """The peak resident set size so far, in MiB."""
-        return max(peak_rss_mb(), rss_mb())
+        return _SAMPLER.peak_mb()
 
 
 RSS_PROBE = RssProbe()
@@ -91,7 +140,7 @@ class TensorMean(Deferred):
             return float(stacked.mean().item())
 
 
-def total_grad_norm(grads: Sequence[Any], same_device_and_dtype: bool) -> Any:
+def total_grad_norm(grads: list[Any], same_device_and_dtype: bool) -> Any:
     """The 2-norm of all gradients together, as a 0-d tensor: device operations only, no sync.
 
     With every gradient on one device and of one dtype (the usual case, decided once by the

@@ -19,7 +19,8 @@ import re
 PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
     # NVIDIA Blackwell datasheet (HGX B200): 2.25 PFLOPS bf16 dense per GPU.
     (("B200",), 2250.0),
-    # NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity (SXM) → 989 dense; H200 NVL 1,671 → 835.
+    # NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity (SXM) → 989 dense;
+    # H200 NVL 1,671 → 835.
     (("H200", "NVL"), 835.0),
     (("H200",), 989.0),
     # NVIDIA H100 datasheet: SXM 1,979 sparse → 989 dense; PCIe 1,513 → 756; NVL 1,671 → 835.
@@ -48,7 +49,8 @@ PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
     (("RTX", "4090"), 165.0),
     # NVIDIA Ampere GA102 whitepaper, RTX 3090: 71 TFLOPS fp16/bf16 dense with fp32 accumulation.
     (("RTX", "3090"), 71.0),
-    # AMD Instinct MI300X datasheet: 1,307 TFLOPS bf16 dense; MI325X the same; MI250X 383; MI250 362.
+    # AMD Instinct datasheets: MI300X 1,307 TFLOPS bf16 dense; MI325X the same;
+    # MI250X 383; MI250 362.
     (("MI300X",), 1307.0),
     (("MI325X",), 1307.0),
     (("MI250X",), 383.0),
