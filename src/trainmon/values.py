@@ -36,10 +36,18 @@ class Deferred(abc.ABC):
 _EXPECTED = "a bool, int, float, numpy scalar or single-element torch tensor"
 
 
+_tensor_type: type | None = None
+
+
 def is_tensor(value: Any) -> bool:
     """True for a torch tensor, decided without importing torch."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
+    global _tensor_type
+    if _tensor_type is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        _tensor_type = torch.Tensor
+    return isinstance(value, _tensor_type)
 
 
 def check_value(name: str, value: Any) -> bool:
@@ -92,21 +100,23 @@ def plain_number(value: Any) -> Number:
 
 
 def resolve_tensors(tensors: Sequence[Any]) -> list[Number]:
-    """Python numbers for single-element tensors: one device-to-host copy per (device, dtype).
+    """Python numbers for single-element tensors: one device-to-host copy per
+    (device, dtype, shape), which in a training loop is one or two copies per batch.
 
     A tensor that cannot be read (a freed or faulty device buffer) becomes NaN and is reported.
     """
     import torch
 
     out: list[Number] = [math.nan] * len(tensors)
-    groups: dict[tuple[Any, Any], list[int]] = {}
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
     for index, tensor in enumerate(tensors):
-        groups.setdefault((tensor.device, tensor.dtype), []).append(index)
-    with torch.no_grad():
+        groups.setdefault((tensor.device, tensor.dtype, tensor.shape), []).append(index)
+    with torch.no_grad():  # no per-tensor detach/reshape: stack as they are, flatten once
         for indices in groups.values():
             try:
-                stacked = torch.stack([tensors[i].detach().reshape(()) for i in indices])
-                numbers = stacked.cpu().tolist()
+                members = [tensors[i] for i in indices]
+                stacked = torch.stack(members) if len(members) > 1 else members[0]
+                numbers = stacked.reshape(-1).cpu().tolist()
             except Exception:
                 _log.warning(
                     "could not read %d tensor value(s); logged as NaN", len(indices), exc_info=True
