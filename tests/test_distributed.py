@@ -107,6 +107,25 @@ def test_cross_rank_statistics_match_independent_computation(tmp_path: Path, npr
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_engine_reports_the_straggler(tmp_path: Path, nproc: int) -> None:
+    """With trainmon.initialize under torchrun, a rank that sleeps 50 ms per step is the slowest,
+    with a straggler ratio above 1.5, and rank 0's console line names it."""
+    result = torchrun(SCRIPTS / "engine_worker.py", nproc, str(tmp_path), "1", timeout=180)
+    windows = [r for r in trainmon.read_journal(tmp_path / "job") if r["kind"] == "window"]
+    assert [w["last_step"] for w in windows] == [10, 20, 30]
+    for window in windows[1:]:  # the first window includes start-up
+        stats = window["stats"]
+        assert stats["perf/slowest_rank"]["last"] == 1
+        assert stats["perf/straggler_ratio"]["last"] > 1.5
+        assert stats["perf/comm_ms/max"]["last"] > 30  # the fast ranks wait for rank 1
+        assert stats["perf/job_samples_per_sec"]["last"] == pytest.approx(
+            stats["perf/samples_per_sec/mean"]["last"] * nproc
+        )
+    assert "slowest rank 1" in result.stdout
+
+
+@pytest.mark.slow
 def test_a_hung_rank_does_not_hang_the_others(tmp_path: Path) -> None:
     """When rank 1 stops logging, rank 0's monitoring collective gives up after its timeout with
     a clear error, rank 0's loop runs at full speed, and every step still reaches the journal."""

@@ -61,6 +61,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainmon.config import CommsLoggerConfig
+from trainmon.distributed import MONITORING_CALL
 from trainmon.logging import get_logger
 from trainmon.values import Deferred
 
@@ -502,7 +503,7 @@ class CommsLogger:
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if state.busy or not logger._installed:
+            if state.busy or not logger._installed or MONITORING_CALL.active:
                 return original(*args, **kwargs)
             nargs = len(args)
             if tensor_pos < 0:

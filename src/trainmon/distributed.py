@@ -12,6 +12,7 @@ import math
 import os
 import statistics
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,15 @@ def writes_on_rank(place: ProcessPlace, per_rank_output: bool) -> bool:
 
 
 # ---- cross-rank statistics ------------------------------------------------------------------
+
+
+class _MonitoringCall(threading.local):
+    active = False
+
+
+#: Set while trainmon itself runs a collective, so the comms logger does not count it as the
+#: training loop's communication time.
+MONITORING_CALL = _MonitoringCall()
 
 #: The per-rank window statistics gathered on rank 0: (metric, which window statistic).
 REDUCED_METRICS: tuple[tuple[str, str], ...] = (
@@ -177,6 +187,7 @@ class CrossRankReducer:
 
         mine = torch.tensor(pack_window(window), dtype=torch.float64)
         rows = [torch.empty_like(mine) for _ in range(self.world_size)] if self.rank == 0 else None
+        MONITORING_CALL.active = True
         try:
             self._dist.gather(mine, rows, dst=0, group=self._group)
         except Exception as exc:
@@ -189,6 +200,8 @@ class CrossRankReducer:
                 exc,
             )
             return None
+        finally:
+            MONITORING_CALL.active = False
         if rows is None:
             return None
         table = [row.tolist() for row in rows]

@@ -329,7 +329,7 @@ class TrainmonEngine:
         self.lr_scheduler = lr_scheduler
         self.config = config
         self._owns_monitor = monitor is None
-        self.monitor = Monitor(config) if monitor is None else monitor
+        self.monitor = Monitor(config, all_ranks_log=True) if monitor is None else monitor
         try:
             self._set_up(module, config, batch, training_data, collate_fn)
         except BaseException:
