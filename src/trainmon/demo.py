@@ -1,34 +1,64 @@
-"""``trainmon demo``: a small MLP trained on synthetic data on the CPU, fully monitored."""
+"""``trainmon demo``: the seed's training loop on a small MLP, on the CPU, fully monitored.
+
+It uses :func:`trainmon.initialize` exactly as the seed uses ``deepspeed.initialize``, so
+every signal (loss, lr, grad norm, step-time breakdown, throughput, memory) is logged by the
+engine itself; the loop adds only an evaluation metric of its own.
+"""
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 from trainmon.extras import require
-from trainmon.meters import peak_rss_mb, rss_mb
-from trainmon.monitor import Monitor
 
 
-def demo_config(output_dir: Path, steps_per_print: int) -> dict[str, Any]:
+def demo_config(output_dir: Path, steps: int, steps_per_print: int) -> dict[str, Any]:
     """The demo's DeepSpeed-style config: TensorBoard, CSV, JSONL and console under one folder."""
     base = output_dir.resolve()
     return {
         "train_batch_size": 64,
+        "gradient_accumulation_steps": 2,
         "steps_per_print": steps_per_print,
+        "wall_clock_breakdown": True,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+        "scheduler": {
+            "type": "WarmupDecayLR",
+            "params": {"warmup_num_steps": 20, "total_num_steps": steps, "warmup_max_lr": 3e-3},
+        },
         "tensorboard": {"enabled": True, "output_path": str(base), "job_name": "tensorboard"},
         "csv_monitor": {"enabled": True, "output_path": str(base), "job_name": "csv"},
         "jsonl": {"enabled": True, "output_path": str(base.parent), "job_name": base.name},
     }
 
 
+class _SyntheticRegression:
+    """A map-style dataset: y = sin(x · w) + noise, generated on the fly from the index."""
+
+    def __init__(self, size: int, seed: int, features: int = 32) -> None:
+        torch = require("torch", "torch", "trainmon demo")
+        weights = torch.randn(features, 1, generator=torch.Generator().manual_seed(0))
+        weights /= math.sqrt(features)  # the same function for every seed
+        generator = torch.Generator().manual_seed(seed)
+        self.inputs = torch.randn(size, features, generator=generator)
+        noise = 0.05 * torch.randn(size, 1, generator=generator)
+        self.targets = torch.sin(self.inputs @ weights) + noise
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        return self.inputs[index], self.targets[index]
+
+
 def run_demo(output_dir: Path, steps: int = 300, steps_per_print: int = 50) -> dict[str, Path]:
-    """Train, log ``train/``, ``perf/`` and ``mem/`` metrics, and return where the outputs are."""
+    """Train for ``steps`` optimizer steps and return where the outputs are."""
     torch = require("torch", "torch", "trainmon demo")
+    import trainmon
+
     torch.manual_seed(0)
-    batch_size = 64
     model = torch.nn.Sequential(
         torch.nn.Linear(32, 128),
         torch.nn.GELU(),
@@ -36,38 +66,23 @@ def run_demo(output_dir: Path, steps: int = 300, steps_per_print: int = 50) -> d
         torch.nn.GELU(),
         torch.nn.Linear(128, 1),
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps))
+    config = demo_config(output_dir, steps, steps_per_print)
+    data = _SyntheticRegression(64 * steps, seed=1)
+    engine, _, loader, _ = trainmon.initialize(
+        model=model, model_parameters=model.parameters(), training_data=data, config=config
     )
-    true_weights = torch.randn(32, 1) / math.sqrt(32)
-    config = demo_config(output_dir, steps_per_print)
-    with Monitor(config) as monitor:
-        for step in range(1, steps + 1):
-            started = time.perf_counter()
-            inputs = torch.randn(batch_size, 32)
-            targets = torch.sin(inputs @ true_weights) + 0.05 * torch.randn(batch_size, 1)
-            loss = torch.nn.functional.mse_loss(model(inputs), targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            elapsed = time.perf_counter() - started
-            monitor.step = step
-            # Tensors go in as they are: trainmon reads them in the background.
-            monitor.write_events(
-                [
-                    ("train/loss", loss.detach()),
-                    ("train/grad_norm", grad_norm),
-                    ("train/lr", scheduler.get_last_lr()[0]),
-                    ("perf/step_time_ms", elapsed * 1e3),
-                    ("perf/samples_per_sec", batch_size / elapsed),
-                ]
-            )
-            if step % steps_per_print == 0 or step == 1:
-                monitor.write_events([("mem/rss_mb", rss_mb()), ("mem/peak_rss_mb", peak_rss_mb())])
-        monitor.write_events([("eval/final_loss", loss.detach(), steps)])
+    with engine:
+        batches = iter(loader)
+        while engine.global_steps < steps:
+            inputs, targets = next(batches)
+            loss = torch.nn.functional.mse_loss(engine(inputs), targets)
+            engine.backward(loss)
+            engine.step()
+        engine.eval()
+        with torch.no_grad():
+            held_out = _SyntheticRegression(512, seed=2)
+            eval_loss = torch.nn.functional.mse_loss(engine(held_out.inputs), held_out.targets)
+        engine.monitor.write_events([("eval/loss", eval_loss, engine.global_steps)])
     base = output_dir.resolve()
     return {
         "tensorboard": base / "tensorboard",
