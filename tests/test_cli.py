@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_writes_every_output_and_says_where(tmp_path: Path) -> None:
-    """`python -m trainmon demo` trains, prints progress and the tensorboard command, and logs
-    train/, perf/ and mem/ metrics to TensorBoard, CSV and JSONL."""
+    """`python -m trainmon demo` trains, prints progress and the tensorboard command, logs
+    train/, perf/ and mem/ metrics to TensorBoard, CSV and JSONL, and ends by writing the
+    report of its own run and printing its path."""
     out = tmp_path / "demo"
     result = subprocess.run(
         [sys.executable, "-m", "trainmon", "demo", "-o", str(out), "--steps", "120"],
@@ -25,7 +27,7 @@ def test_demo_writes_every_output_and_says_where(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "step 50 | loss " in result.stdout
+    assert re.search(r"^step 50(/120)? \| loss ", result.stdout, re.M)
     assert f"tensorboard --logdir {out.resolve() / 'tensorboard'}" in result.stdout
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
@@ -42,6 +44,11 @@ def test_demo_writes_every_output_and_says_where(tmp_path: Path) -> None:
         if "train/loss" in r["values"]
     ]
     assert sum(losses[-10:]) < sum(losses[:10])  # the demo model actually learns
+    report = out.resolve() / "report.html"
+    assert result.stdout.rstrip().endswith(str(report))
+    page = report.read_text()
+    assert 'data-family="train"' in page and 'data-family="perf"' in page
+    assert '"train/loss"' in page
 
 
 def test_demo_without_torch_says_what_to_install(tmp_path: Path) -> None:

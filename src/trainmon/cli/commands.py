@@ -1,0 +1,114 @@
+"""``trainmon demo``, ``summary``, ``report`` and ``compare``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from trainmon.report.html import write_report
+from trainmon.report.loading import load_run
+from trainmon.report.model import Run, RunError
+from trainmon.report.summary import compare as compare_runs
+from trainmon.report.summary import summarize
+from trainmon.report.text import render_compare, render_summary
+
+_JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _load(path: str, name: str | None = None) -> Run:
+    run = load_run(path, name)
+    run.require_metrics()
+    return run
+
+
+def _print_json(obj: object) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=_JSON_OPTIONS))
+    sys.stdout.flush()
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Train the demo model, then write and name its report."""
+    from trainmon.demo import run_demo
+
+    print(f"trainmon demo: training a small MLP for {args.steps} steps on the CPU ...", flush=True)
+    output = Path(args.output)
+    outputs = run_demo(output, steps=args.steps, steps_per_print=args.steps_per_print)
+    print("\ndone. Outputs:")
+    for kind, path in outputs.items():
+        print(f"  {kind:<12} {path}")
+    print(f"\nView in TensorBoard:\n  tensorboard --logdir {outputs['tensorboard']}")
+    if not args.no_report:
+        report = write_report([_load(str(outputs["jsonl"]))], output / "report.html")
+        print(f"\nReport (open it in a browser, no network needed):\n  {report.resolve()}")
+    return 0
+
+
+def summary(args: argparse.Namespace) -> int:
+    """Print the summary table of one run."""
+    figures = summarize(_load(args.run))
+    if args.json:
+        _print_json(figures.as_dict())
+    else:
+        print(render_summary(figures))
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """Write the HTML report of one or more runs."""
+    if args.buckets < 10:
+        raise RunError(f"--buckets {args.buckets}: expected at least 10")
+    if len(args.name) > len(args.runs):
+        raise RunError(f"{len(args.name)} --name given for {len(args.runs)} run(s)")
+    names = args.name + [None] * (len(args.runs) - len(args.name))
+    runs = [_load(path, name) for path, name in zip(args.runs, names, strict=True)]
+    _unique_names(runs)
+    path = write_report(runs, args.output, buckets=args.buckets, title=args.title)
+    size = path.stat().st_size
+    values = sum(run.scalar_count for run in runs)
+    print(f"wrote {path} ({size / 1e6:.1f} MB, {len(runs)} run(s), {values:,} values)")
+    for run in runs:
+        for note in run.notes:
+            print(f"  note ({run.name}): {note}", file=sys.stderr)
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Print two runs' key figures side by side with the relative change."""
+    runs = [_load(args.a), _load(args.b)]
+    _unique_names(runs)
+    a, b = (summarize(run) for run in runs)
+    rows = compare_runs(a, b)
+    if args.json:
+        _print_json(
+            {
+                "a": {"run": a.run, "path": a.path},
+                "b": {"run": b.run, "path": b.path},
+                "rows": [
+                    {
+                        "label": r.label.strip(),
+                        "unit": r.unit,
+                        "a": r.values[0],
+                        "b": r.values[1],
+                        "change": r.change,
+                    }
+                    for r in rows
+                ],
+            }
+        )
+    else:
+        print(render_compare(a, b, rows))
+    return 0
+
+
+def _unique_names(runs: list[Run]) -> None:
+    """Label runs that share a name by their folder too (``job (runs/a)``)."""
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run.name] = seen.get(run.name, 0) + 1
+    for index, run in enumerate(runs):
+        if seen[run.name] > 1:
+            folder = run.path.parent if run.path.is_file() else run.path
+            run.name = f"{run.name} #{index + 1} ({folder})"

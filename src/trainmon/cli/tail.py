@@ -1,0 +1,173 @@
+"""``trainmon tail RUN [-f]``: the console's window lines and the alerts, as a run writes them.
+
+Window lines are rebuilt from the journal's ``window`` records and formatted by the console
+writer's own :func:`~trainmon.writers.console.format_window`, so they read exactly like the
+training process's output. With ``-f`` the journal and ``alerts.jsonl`` are polled: a line is
+printed once it is complete, a file that shrinks or is replaced is read again from its start,
+and Ctrl-C ends with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trainmon.aggregate import MetricStats, WindowStats
+from trainmon.journal import JOURNAL_FILE, decode_value
+from trainmon.report.loading import ALERTS_FILE, find_journal, parse_alert_lines
+from trainmon.report.model import RunError
+from trainmon.report.text import alert_line
+from trainmon.writers.console import format_window
+
+
+class FileFollower:
+    """New complete lines of a file that may grow, be truncated, replaced, or not exist yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.identity: tuple[int, int] | None = None
+
+    def read_lines(self) -> list[bytes]:
+        """The lines completed since the last call (a trailing unfinished line is kept back)."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return []
+        identity = (info.st_dev, info.st_ino)
+        if identity != self.identity or info.st_size < self.offset:
+            self.identity, self.offset, self.partial = identity, 0, b""
+        if info.st_size == self.offset:
+            return []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        return lines
+
+
+def window_from_record(record: dict[str, Any]) -> WindowStats | None:
+    """The :class:`WindowStats` a journal ``window`` record was written from (None if malformed)."""
+    stats = record.get("stats")
+    if not isinstance(stats, dict):
+        return None
+    metrics = {}
+    for name, s in stats.items():
+        if not isinstance(s, dict):
+            continue
+        values = [_number(s.get(k)) for k in ("mean", "min", "max", "last")]
+        count = s.get("count")
+        metrics[name] = MetricStats(
+            count if isinstance(count, int) else 0, values[0], values[1], values[2], values[3]
+        )
+    first, last = record.get("first_step"), record.get("last_step")
+    if not isinstance(last, int):
+        return None
+    return WindowStats(
+        first if isinstance(first, int) else last,
+        last,
+        _number(record.get("start_time")),
+        _number(record.get("end_time")),
+        metrics,
+    )
+
+
+def _number(value: Any) -> float:
+    value = decode_value(value)
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def _window_lines(lines: list[bytes]) -> list[tuple[float, str]]:
+    out = []
+    for line in lines:
+        if b'"window"' not in line:
+            continue  # scalars and meta lines: not shown (and not worth parsing)
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("kind") == "window":
+            window = window_from_record(record)
+            if window is not None:
+                out.append((window.end_time, format_window(window)))
+    return out
+
+
+def _alert_lines(lines: list[bytes]) -> list[tuple[float, str]]:
+    out = []
+    for alert in parse_alert_lines(lines):
+        when = alert.get("time")
+        out.append(
+            (
+                float(when) if isinstance(when, (int, float)) else math.inf,
+                "ALERT " + alert_line(alert),
+            )
+        )
+    return out
+
+
+def _journal_for(run: Path, follow: bool) -> Path:
+    if not run.exists() and follow and (run.suffix == ".jsonl" or run.parent.is_dir()):
+        return run if run.suffix == ".jsonl" else run / JOURNAL_FILE
+    journal, _ = find_journal(run)
+    if journal is not None:
+        return journal
+    if run.is_dir() and follow and not any(".tfevents." in p.name for p in run.rglob("*")):
+        return run / JOURNAL_FILE  # the run has not written its journal yet: wait for it
+    raise RunError(
+        f"{run}: no trainmon journal ({JOURNAL_FILE}) here; tail follows trainmon's journal "
+        "(enable the config's jsonl section). For TensorBoard folders use `trainmon summary` "
+        "or `trainmon report`."
+    )
+
+
+def tail(args: argparse.Namespace) -> int:
+    """Print the last window lines and alerts; with ``--follow``, keep printing new ones."""
+    if args.lines < 0:
+        raise RunError(f"-n {args.lines}: expected 0 (all) or more")
+    if args.interval <= 0:
+        raise RunError(f"--interval {args.interval}: expected a number of seconds > 0")
+    journal = _journal_for(Path(args.run), args.follow)
+    journal_lines = FileFollower(journal)
+    alert_lines = FileFollower(journal.parent / ALERTS_FILE)
+    out = sys.stdout
+    if args.follow and not journal.exists():
+        print(f"waiting for {journal} ...", file=sys.stderr, flush=True)
+    events = _window_lines(journal_lines.read_lines()) + _alert_lines(alert_lines.read_lines())
+    events.sort(key=lambda event: event[0])
+    shown = events[-args.lines :] if args.lines else events
+    for _, text in shown:
+        out.write(text + "\n")
+    out.flush()
+    if not args.follow:
+        if not events:
+            print(
+                f"{journal}: no window closed yet (one closes every steps_per_print steps)",
+                file=sys.stderr,
+            )
+        return 0
+    try:
+        while True:
+            time.sleep(args.interval)
+            fresh = _window_lines(journal_lines.read_lines()) + _alert_lines(
+                alert_lines.read_lines()
+            )
+            for _, text in sorted(fresh, key=lambda event: event[0]):
+                out.write(text + "\n")
+            if fresh:
+                out.flush()
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,297 @@
+"""The self-contained HTML report: one file, uPlot and the data inline, no network.
+
+The page is readable without JavaScript (key figures, alerts and metric tables are plain
+HTML); the charts are drawn by ``assets/report.js`` from one JSON block. Every string from a
+run (metric names, alert messages, paths) is escaped, and ``<`` inside the JSON is written as
+``\\u003c`` so no value can close the script element.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from trainmon.report.charts import PALETTE, alert_marks, plan_charts
+from trainmon.report.downsample import DEFAULT_BUCKETS
+from trainmon.report.model import FAMILIES, Run, RunError
+from trainmon.report.summary import RunSummary, key_rows, summarize
+from trainmon.report.text import duration, figure, number, percent
+from trainmon.version import __version__
+
+_FAMILY_TITLES = {
+    "train": "Training",
+    "eval": "Evaluation",
+    "perf": "Performance",
+    "mem": "Memory",
+    "comm": "Communication",
+    "other": "Other metrics",
+}
+
+
+def _asset(name: str) -> str:
+    return resources.files("trainmon.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _json_for_script(payload: Any) -> str:
+    return orjson.dumps(payload).decode().replace("<", "\\u003c")
+
+
+def render_report(
+    runs: Sequence[Run], buckets: int = DEFAULT_BUCKETS, title: str | None = None
+) -> str:
+    """The report page for ``runs`` (each needs at least one metric)."""
+    if not runs:
+        raise RunError("no run to report on")
+    summaries = [summarize(run) for run in runs]
+    charts = plan_charts(runs, buckets)
+    marks = alert_marks(runs)
+    names = ", ".join(run.name for run in runs)
+    title = title or f"trainmon report — {names}"
+    payload = {
+        "runs": [{"name": r.name, "color": PALETTE[i % len(PALETTE)]} for i, r in enumerate(runs)],
+        "charts": charts,
+        "alerts": marks,
+    }
+    counts = {f: sum(1 for c in charts if c["family"] == f) for f in FAMILIES}
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="generator" content="trainmon ' + _e(__version__) + '">',
+        f"<title>{_e(title)}</title>",
+        f"<style>{_asset('vendor/uPlot.min.css')}</style>",
+        f"<style>{_asset('assets/report.css')}</style>",
+        "</head>",
+        '<body data-ready="0" data-errors="0" data-charts="0">',
+        _ERROR_HANDLER,
+        '<div id="errors" hidden></div>',
+        "<header>",
+        f"<h1>{_e(title)}</h1>",
+        _runs_list(runs, summaries),
+        "<noscript><p>Charts need JavaScript; the tables below do not.</p></noscript>",
+        "</header>",
+        _nav(counts),
+        "<main>",
+        _overview(summaries),
+        _alerts(runs),
+        *(_family(f, [c for c in charts if c["family"] == f]) for f in FAMILIES if counts[f]),
+        _metric_tables(summaries),
+        "</main>",
+        f"<footer>Written by trainmon {_e(__version__)} on "
+        f"{_e(time.strftime('%Y-%m-%d %H:%M:%S'))}. Charts: uPlot (MIT license, embedded). "
+        "Long series are down-sampled for display, keeping each bucket's min and max.</footer>",
+        f'<script type="application/json" id="trainmon-data">{_json_for_script(payload)}</script>',
+        f"<script>{_asset('vendor/uPlot.iife.min.js')}</script>",
+        f"<script>{_asset('assets/report.js')}</script>",
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_report(
+    runs: Sequence[Run],
+    output: str | os.PathLike[str],
+    buckets: int = DEFAULT_BUCKETS,
+    title: str | None = None,
+) -> Path:
+    """Render and write the report atomically (a temporary file renamed into place)."""
+    for run in runs:
+        run.require_metrics()
+    text = render_report(runs, buckets, title)
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+_ERROR_HANDLER = """<script>
+window.__trainmonErrors = [];
+(function () {
+  function report(message) {
+    window.__trainmonErrors.push(String(message));
+    document.body.setAttribute("data-errors", String(window.__trainmonErrors.length));
+    var box = document.getElementById("errors");
+    if (box) { box.hidden = false; box.textContent += "Error: " + message + "\\n"; }
+  }
+  window.addEventListener("error", function (e) {
+    report(e.message + (e.filename ? " (" + e.filename + ":" + e.lineno + ")" : ""));
+  });
+  window.addEventListener("unhandledrejection", function (e) { report(e.reason); });
+})();
+</script>"""
+
+
+def _runs_list(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> str:
+    items = []
+    for index, (run, s) in enumerate(zip(runs, summaries, strict=True)):
+        color = PALETTE[index % len(PALETTE)]
+        unit = "samples" if s.x_unit == "samples" else "steps"
+        span = f"{number(s.first_step)}–{number(s.last_step)}" if s.first_step is not None else ""
+        items.append(
+            f'<li><span class="swatch" style="background:{color}"></span><b>{_e(run.name)}</b> '
+            f'<span class="muted">{_e(run.source)}: {_e(run.path)} · {number(s.steps)} {unit} '
+            f"{span} · {duration(s.duration_s)} · {len(s.metrics)} metrics · "
+            f"{number(s.scalars)} values</span></li>"
+        )
+    return f'<ul class="runs">{"".join(items)}</ul>'
+
+
+def _nav(counts: dict[str, int]) -> str:
+    links = [f'<a href="#{f}">{_FAMILY_TITLES[f]} ({counts[f]})</a>' for f in FAMILIES if counts[f]]
+    return (
+        '<nav><a href="#overview">Overview</a>'
+        + "".join(links)
+        + '<a href="#metrics">All metrics</a>'
+        + '<button id="reset-zoom" type="button">reset zoom</button></nav>'
+    )
+
+
+def _overview(summaries: Sequence[RunSummary]) -> str:
+    rows = key_rows(summaries)
+    two = len(summaries) == 2
+    head = "".join(f"<th>{_e(s.run)}</th>" for s in summaries) + ("<th>change</th>" if two else "")
+    body = []
+    for row in rows:
+        cells = "".join(f"<td>{_e(figure(v, row.unit))}</td>" for v in row.values)
+        if two:
+            change = row.change
+            css = ""
+            if change and row.better:
+                css = " better" if (change < 0) == (row.better == "lower") else " worse"
+            text = percent(100 * change, signed=True) if change is not None else "-"
+            cells += f'<td class="change{css}">{text}</td>'
+        sub = ' class="sub"' if row.label.startswith(" ") else ""
+        body.append(f"<tr{sub}><td>{_e(row.label.strip())}</td>{cells}</tr>")
+    shares = []
+    for s in summaries:
+        if s.breakdown:
+            text = " · ".join(f"{_e(p.label)} {percent(p.percent)}" for p in s.breakdown)
+            shares.append(
+                f"<li><b>{_e(s.run)}</b>: {text} <span class='muted'>(of {_e(s.breakdown_of)})"
+                "</span></li>"
+            )
+        if s.ranks is not None and s.ranks.slowest_rank is not None:
+            share = s.ranks.slowest_share
+            shares.append(
+                f"<li><b>{_e(s.run)}</b>: slowest rank {s.ranks.slowest_rank}"
+                + (f" in {share:.0%} of windows" if share is not None else "")
+                + (
+                    f", straggler ratio {s.ranks.straggler_ratio_mean:.2f}x"
+                    if s.ranks.straggler_ratio_mean is not None
+                    and math.isfinite(s.ranks.straggler_ratio_mean)
+                    else ""
+                )
+                + "</li>"
+            )
+    notes = [f"<li><b>{_e(s.run)}</b>: {_e(note)}</li>" for s in summaries for note in s.notes]
+    return (
+        '<section id="overview"><h2>Overview</h2>'
+        f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + (f"<ul>{''.join(shares)}</ul>" if shares else "")
+        + (f'<ul class="notes">{"".join(notes)}</ul>' if notes else "")
+        + "</section>"
+    )
+
+
+def _alerts(runs: Sequence[Run]) -> str:
+    rows = []
+    for run in runs:
+        for alert in run.alerts:
+            state = str(alert.get("state", ""))
+            when = alert.get("time")
+            stamp = (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+                if isinstance(when, (int, float)) and math.isfinite(when) and when > 0
+                else "-"
+            )
+            step = alert.get("step")
+            rows.append(
+                f"<tr><td>{_e(run.name)}</td><td>{_e(stamp)}</td>"
+                f"<td>{_e(step if isinstance(step, int) else '-')}</td>"
+                f'<td class="text state-{_e(state)}">{_e(state)}</td>'
+                f'<td class="text">{_e(alert.get("rule", ""))}</td>'
+                f'<td class="text">{_e(alert.get("message", ""))}</td></tr>'
+            )
+    if not rows:
+        return (
+            '<section id="alerts"><h2>Alerts</h2><p class="muted">No alerts recorded.</p></section>'
+        )
+    shown = rows[-500:]
+    more = (
+        f'<p class="muted">{len(rows) - len(shown)} earlier alerts not listed.</p>'
+        if len(rows) > len(shown)
+        else ""
+    )
+    return (
+        f'<section id="alerts"><h2>Alerts ({len(rows)})</h2>{more}<table><thead><tr><th>run</th>'
+        '<th>time</th><th>step</th><th class="text">state</th><th class="text">rule</th>'
+        '<th class="text">message</th></tr></thead>'
+        f"<tbody>{''.join(shown)}</tbody></table></section>"
+    )
+
+
+def _family(fam: str, charts: Sequence[dict[str, Any]]) -> str:
+    figures = []
+    for chart in charts:
+        hint = ""
+        if chart.get("downsampled"):
+            hint = f"{number(chart['points'])} values, down-sampled (min/max per bucket)"
+        log = (
+            '<label><input type="checkbox" class="logy"> log scale</label>'
+            if chart["kind"] == "lines" and chart.get("positive")
+            else ""
+        )
+        figures.append(
+            f'<figure class="chart" id="{chart["id"]}" data-kind="{chart["kind"]}" '
+            f'data-family="{fam}"><figcaption>{log}{_e(chart["title"])}'
+            f'<span class="hint">{_e(hint)}</span></figcaption>'
+            '<div class="plot"></div><div class="alert-hover"></div></figure>'
+        )
+    return (
+        f'<section class="family" id="{fam}" data-family="{fam}">'
+        f"<h2>{_FAMILY_TITLES[fam]}</h2>"
+        f'<div class="charts">{"".join(figures)}</div></section>'
+    )
+
+
+def _metric_tables(summaries: Sequence[RunSummary]) -> str:
+    blocks = []
+    for s in summaries:
+        rows = "".join(
+            f"<tr><td>{_e(m.name)}</td><td>{number(m.last)}</td><td>{number(m.min)}</td>"
+            f"<td>{number(m.max)}</td><td>{number(m.mean)}</td><td>{number(m.count)}</td>"
+            f"<td>{number(m.nonfinite) if m.nonfinite else ''}</td>"
+            f"<td>{number(m.first_step)}–{number(m.last_step)}</td></tr>"
+            for m in s.metrics
+        )
+        blocks.append(
+            f"<details{' open' if len(summaries) == 1 else ''}><summary>{_e(s.run)}: "
+            f"{len(s.metrics)} metrics</summary><table><thead><tr><th>metric</th><th>last</th>"
+            "<th>min</th><th>max</th><th>mean</th><th>count</th><th>NaN/Inf</th>"
+            f"<th>{'samples' if s.x_unit == 'samples' else 'steps'}</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    return f'<section id="metrics"><h2>All metrics</h2>{"".join(blocks)}</section>'
