@@ -30,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-bash scripts/setup.sh "torch,tensorboard,wandb,dev"
+bash scripts/setup.sh "torch,tensorboard,wandb,mlflow,dev"
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/mypy

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -109,6 +110,122 @@ class CometConfig:
     experiment_key: str | None = _doc("Experiment key.", default=None)
     online: bool | None = _doc("Online or offline experiment.", default=None)
     mode: str | None = _doc("Comet start mode.", default=None)
+
+
+_PROMETHEUS_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """Latest metric values for Prometheus: an exporter it scrapes, and/or a Pushgateway.
+
+    Trainmon's own section (key ``prometheus``); see :mod:`trainmon.writers.prometheus`.
+    """
+
+    enabled: bool = _doc("Turn the Prometheus writer on.", default=False)
+    serve: bool = _doc(
+        "Serve the latest value of every metric at http://host:port/metrics for Prometheus "
+        "to scrape.",
+        default=True,
+    )
+    host: str = _doc(
+        'Address the exporter listens on: loopback unless you name another ("0.0.0.0": all).',
+        default="127.0.0.1",
+    )
+    port: int = _doc(
+        "Exporter port; with trainmon.per_rank_output each rank serves on port + LOCAL_RANK; "
+        "0 lets the system pick a free one.",
+        default=9400,
+    )
+    namespace: str = _doc(
+        "Prefix of every metric name: train/loss is served as trainmon_train_loss.",
+        default="trainmon",
+    )
+    job: str | None = _doc(
+        "The job label and Pushgateway grouping key; null means the job_name of the first "
+        "enabled tensorboard / csv_monitor / jsonl section.",
+        default=None,
+    )
+    pushgateway_url: str | None = _doc(
+        "Also push to this Pushgateway (e.g. http://pushgateway:9091), grouped by job and rank; "
+        "null means no push.",
+        default=None,
+    )
+    push_interval_s: float = _doc(
+        "Push new values at most this often, and once more at close; 0 pushes at every flush.",
+        default=15.0,
+    )
+    delete_on_close: bool = _doc(
+        "Delete this job and rank's group from the Pushgateway at close (after the last push).",
+        default=False,
+    )
+    timeout_s: float = _doc(
+        "Longest wait for one Pushgateway request; a failed push is counted, and its values "
+        "go with the next one.",
+        default=2.0,
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"'prometheus.port' = {self.port!r}: expected a port from 0 to 65535")
+        if self.namespace and not _PROMETHEUS_NAME.fullmatch(self.namespace):
+            raise ConfigError(
+                f"'prometheus.namespace' = {self.namespace!r}: expected letters, digits and _ "
+                f'not starting with a digit (a Prometheus metric name prefix), or ""'
+            )
+        if not self.host.strip():
+            raise ConfigError(
+                "'prometheus.host' = '': expected an address to listen on, e.g. '127.0.0.1'"
+            )
+        if self.job is not None and not self.job:
+            raise ConfigError("'prometheus.job' = '': expected a non-empty job name, or null")
+        if self.pushgateway_url is not None and not self.pushgateway_url.strip():
+            raise ConfigError(
+                "'prometheus.pushgateway_url' = '': expected a URL such as "
+                "'http://pushgateway:9091', or null for no push"
+            )
+        for name in ("push_interval_s", "timeout_s"):
+            value = getattr(self, name)
+            smallest = 0.0 if name == "push_interval_s" else 1e-3
+            if not smallest <= value < float("inf"):
+                raise ConfigError(
+                    f"'prometheus.{name}' = {value!r}: expected a finite number of seconds "
+                    f"{'>= 0' if smallest == 0 else '> 0'}"
+                )
+
+
+@dataclass(frozen=True)
+class MlflowConfig:
+    """MLflow tracking: one run per writing rank (trainmon's own section, key ``mlflow``)."""
+
+    enabled: bool = _doc("Turn the MLflow writer on.", default=False)
+    tracking_uri: str | None = _doc(
+        "Where runs go: a server URL, sqlite:///path.db, ...; null means MLFLOW_TRACKING_URI, "
+        "else MLflow's default.",
+        default=None,
+    )
+    experiment: str | None = _doc(
+        "Experiment name, created when missing; null means MLFLOW_EXPERIMENT_NAME, else "
+        "MLflow's Default experiment.",
+        default=None,
+    )
+    run_name: str | None = _doc(
+        "Run name; null means the job_name of the first enabled output section.", default=None
+    )
+    run_id: str | None = _doc(
+        "Log into this existing run (to resume it) instead of starting a new one.", default=None
+    )
+    tags: dict[str, Any] = _doc(
+        "Tags set on the run (values stored as text).", default_factory=dict
+    )
+    params: dict[str, Any] = _doc(
+        "Parameters recorded with the run (values stored as text).", default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("tracking_uri", "experiment", "run_name", "run_id"):
+            if getattr(self, name) == "":
+                raise ConfigError(f"'mlflow.{name}' = '': expected a non-empty string, or null")
 
 
 @dataclass(frozen=True)
@@ -445,10 +562,17 @@ class TrainmonConfig:
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     comet: CometConfig = field(default_factory=CometConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     trainmon: PipelineConfig = field(default_factory=PipelineConfig)
     comms_logger: CommsLoggerConfig = field(default_factory=CommsLoggerConfig)
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    writers: list[dict[str, Any]] | None = _doc(
+        'Writers of your own, each {"class": "package.module:Name", ...keyword arguments of '
+        "its constructor} or a name given to trainmon.writers.register_writer.",
+        default=None,
+    )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 

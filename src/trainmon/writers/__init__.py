@@ -3,6 +3,10 @@
 Each entry maps a config section to a factory; a backend's module (and its optional SDK) is
 imported only when that section is enabled. A folder that cannot be written is reported once
 and that writer is left out; a missing optional package raises at start-up with the fix.
+
+Writers of the user's own come from the config's ``writers`` list (``{"class":
+"package.module:Name", ...}``) or from names given to :func:`register_writer`; see
+:mod:`trainmon.writers.custom`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,22 @@ from trainmon.distributed import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.logging import get_logger
 from trainmon.writers.base import NullWriter, Writer, WriterGroup
+from trainmon.writers.custom import (
+    build_custom_writer,
+    register_writer,
+    registered_writers,
+    unregister_writer,
+)
 
-__all__ = ["NullWriter", "Writer", "WriterGroup", "build_writers"]
+__all__ = [
+    "NullWriter",
+    "Writer",
+    "WriterGroup",
+    "build_writers",
+    "register_writer",
+    "registered_writers",
+    "unregister_writer",
+]
 
 _log = get_logger("writers")
 
@@ -69,6 +87,32 @@ def _wandb(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     return WandbWriter.from_config(config, place)
 
 
+def _prometheus(config: TrainmonConfig, place: ProcessPlace) -> Writer:
+    from trainmon.writers.prometheus import PrometheusWriter
+
+    return PrometheusWriter.from_config(config, place)
+
+
+def _prometheus_where(config: TrainmonConfig) -> str:
+    section = config.prometheus
+    where = [f"http://{section.host}:{section.port}/metrics"] if section.serve else []
+    if section.pushgateway_url is not None:
+        where.append(f"the Pushgateway at {section.pushgateway_url}")
+    return " and ".join(where) or "nowhere"
+
+
+def _mlflow(config: TrainmonConfig, place: ProcessPlace) -> Writer:
+    from trainmon.writers.mlflow import MlflowWriter
+
+    return MlflowWriter.from_config(config, place)
+
+
+def _comet(config: TrainmonConfig, place: ProcessPlace) -> Writer:
+    from trainmon.writers.comet import CometWriter
+
+    return CometWriter.from_config(config, place)
+
+
 def _total_steps(config: TrainmonConfig) -> int | None:
     """DeepSpeed's ``scheduler.params.total_num_steps``, when the config has one."""
     scheduler = config.raw.get("scheduler")
@@ -83,12 +127,30 @@ BACKENDS = (
     _Backend("jsonl", _jsonl, lambda c: str(c.jsonl.run_dir())),
     _Backend("console", _console, lambda c: c.console.stream),
     _Backend("wandb", _wandb, lambda c: f"W&B project {c.wandb.project!r}"),
+    _Backend("prometheus", _prometheus, _prometheus_where),
+    _Backend(
+        "mlflow",
+        _mlflow,
+        lambda c: f"MLflow at {c.mlflow.tracking_uri or 'the default tracking URI'}",
+    ),
+    _Backend("comet", _comet, lambda c: f"Comet project {c.comet.project or '(default)'}"),
 )
 
 
 def build_writers(config: TrainmonConfig, place: ProcessPlace) -> list[Writer]:
-    """The enabled writers; one that cannot start is reported (naming its path) and skipped."""
+    """The enabled writers, then the config's own ``writers``; one that cannot start is
+    reported (naming its path) and skipped, a config mistake raises :class:`ConfigError`
+    (after closing the writers already started: no port or run is left open)."""
     writers: list[Writer] = []
+    try:
+        _build_into(writers, config, place)
+    except BaseException:
+        WriterGroup(writers).close()
+        raise
+    return writers
+
+
+def _build_into(writers: list[Writer], config: TrainmonConfig, place: ProcessPlace) -> None:
     for backend in BACKENDS:
         if not getattr(config, backend.section).enabled:
             continue
@@ -107,12 +169,17 @@ def build_writers(config: TrainmonConfig, place: ProcessPlace) -> list[Writer]:
                 type(exc).__name__,
                 exc,
             )
-    for section in ("comet",):
-        if getattr(config, section).enabled:
+    for index, spec in enumerate(config.writers or ()):
+        try:
+            writers.append(build_custom_writer(index, spec))
+        except (MissingExtraError, ConfigError):
+            raise
+        except Exception as exc:
             _log.warning(
-                "'%s.enabled' is set, but this trainmon version has no %s writer yet; "
-                "the other writers carry on",
-                section,
-                section,
+                "writers[%d] (%s) disabled: it could not start (%s: %s); the other writers "
+                "and training carry on",
+                index,
+                spec.get("class"),
+                type(exc).__name__,
+                exc,
             )
-    return writers

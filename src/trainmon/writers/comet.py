@@ -1,0 +1,194 @@
+"""The Comet writer, with DeepSpeed's ``comet`` keys and semantics.
+
+As DeepSpeed's ``CometMonitor`` does, the experiment is started with ``comet_ml.start(api_key,
+workspace, project, experiment_key, mode, online)`` and named with ``set_name(experiment_name)``,
+and a metric is logged the first time it is seen and then again only once its step has moved
+on by at least ``samples_log_interval`` since it was last logged (per metric). DeepSpeed's
+engine logs at the global sample count, so there the interval counts samples; a loop (or
+``trainmon.initialize``) logging at optimizer steps makes it count steps. Values logged at the
+same step go out in one ``log_metrics`` call.
+
+``comet_ml`` is imported here only, when the section is enabled. Everything after the start
+runs on the background thread; Comet uploads from threads of its own, so :meth:`flush` has
+nothing to do and :meth:`close` ends the experiment (``end()`` waits for the upload).
+
+Offline: ``online: false`` (or Comet's own ``COMET_ONLINE=false``) makes Comet write the
+experiment into its offline folder (``COMET_OFFLINE_DIRECTORY``) as a zip to send later with
+``comet upload``. trainmon does not promise more than Comet does about the network there: some
+parts of the SDK still reach for it (``mode: "get"`` continues an experiment that lives on the
+server), which is why the tests use a fake ``comet_ml`` that records calls. When an online
+start fails (no API key, no network) and neither ``online`` nor ``mode: "get"`` is set, the
+writer warns once and starts offline instead, as the W&B writer does; with ``online`` set the
+error disables this writer only (reported once at start-up). An error inside Comet while
+logging is reported once by :class:`~trainmon.writers.WriterGroup`, and this writer stops
+calling Comet.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from trainmon import extras
+from trainmon.config import DEFAULT_JOB_NAME, CometConfig, TrainmonConfig
+from trainmon.distributed import ProcessPlace
+from trainmon.errors import ConfigError
+from trainmon.events import Number, StepScalars
+from trainmon.logging import get_logger
+from trainmon.writers.base import Writer
+
+_log = get_logger("comet")
+
+
+class LogScheduler:
+    """DeepSpeed's ``EventsLogScheduler``: log a metric when first seen, then once its step
+    has advanced by at least ``interval`` since it was last logged."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+        self._last: dict[str, int] = {}
+
+    def needs_logging(self, name: str, step: int) -> bool:
+        """Whether ``name`` at ``step`` is logged (and, if so, remember ``step``)."""
+        last = self._last.get(name)
+        if last is None or step - last >= self.interval:
+            self._last[name] = step
+            return True
+        return False
+
+
+class CometWriter(Writer):
+    """Logs scalars to a Comet experiment, every ``samples_log_interval`` per metric.
+
+    ``per_rank`` names the experiment ``<experiment_name or job>-rank<r>`` (each rank then has
+    an experiment of its own, so a fixed ``experiment_key`` is refused).
+    """
+
+    kind = "comet"
+
+    def __init__(
+        self,
+        section: CometConfig,
+        place: ProcessPlace | None = None,
+        *,
+        per_rank: bool = False,
+        job: str = DEFAULT_JOB_NAME,
+    ) -> None:
+        place = place or ProcessPlace()
+        if section.samples_log_interval < 0:
+            raise ConfigError(
+                f"'comet.samples_log_interval' = {section.samples_log_interval!r}: expected an "
+                f"integer >= 0"
+            )
+        if per_rank and section.experiment_key and place.world_size > 1:
+            raise ConfigError(
+                f"'comet.experiment_key' = {section.experiment_key!r} names one experiment, but "
+                f"with trainmon.per_rank_output every rank logs an experiment of its own; "
+                f"remove comet.experiment_key or turn per_rank_output off"
+            )
+        comet_ml = extras.require("comet_ml", "comet", "The Comet writer")
+        self._experiment = _start(comet_ml, section)
+        name = section.experiment_name
+        if per_rank:
+            name = f"{name or job}-rank{place.rank}"
+        if name is not None:
+            self._experiment.set_name(name)
+        self._scheduler = LogScheduler(section.samples_log_interval)
+        self.location = _describe(self._experiment, section)
+        self._failed = False
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> CometWriter:
+        """The writer for ``config.comet`` on this rank (the writer factory's entry point)."""
+        from trainmon.writers.wandb import job_name
+
+        return cls(
+            config.comet, place, per_rank=config.trainmon.per_rank_output, job=job_name(config)
+        )
+
+    @property
+    def experiment(self) -> Any:
+        """The ``comet_ml`` experiment (as DeepSpeed's ``CometMonitor.experiment``)."""
+        return self._experiment
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """One ``log_metrics`` per step, holding the metrics due at that step."""
+        if self._failed:
+            raise RuntimeError("the Comet writer stopped after an earlier Comet error")
+        due = self._scheduler.needs_logging
+        try:
+            for record in records:
+                step = record.step
+                values: dict[str, Number] = {
+                    name: value for name, value in record.values.items() if due(name, step)
+                }
+                if values:
+                    self._experiment.log_metrics(values, step=step)
+        except Exception:
+            self._failed = True
+            raise
+
+    def flush(self) -> None:
+        """Nothing to do: Comet sends (or, offline, stores) from its own threads."""
+
+    def close(self) -> None:
+        """End the experiment (Comet waits for its upload, or writes the offline zip), once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._experiment.end()
+
+
+def _start(comet_ml: ModuleType, section: CometConfig) -> Any:
+    """``comet_ml.start`` with DeepSpeed's arguments; offline, with a warning, if online fails."""
+    kwargs: dict[str, Any] = {
+        "api_key": section.api_key,
+        "workspace": section.workspace,
+        _project_keyword(comet_ml): section.project,
+        "experiment_key": section.experiment_key,
+        "mode": section.mode,
+        "online": section.online,
+    }
+    try:
+        return comet_ml.start(**kwargs)
+    except Exception as exc:
+        if section.online is not None or section.mode == "get":
+            raise
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        experiment = comet_ml.start(**{**kwargs, "online": False})
+        _log.warning(
+            "comet_ml.start failed (%s: %s), so the Comet experiment is logged offline to %s; "
+            "upload it later with: comet upload <the experiment's .zip in that folder>",
+            type(exc).__name__,
+            first_line,
+            _offline_directory(experiment),
+        )
+        return experiment
+
+
+def _project_keyword(comet_ml: ModuleType) -> str:
+    """``project_name`` where ``comet_ml.start`` takes it (newer SDKs), else ``project``."""
+    try:
+        parameters = inspect.signature(comet_ml.start).parameters
+    except (TypeError, ValueError):
+        return "project"
+    return "project_name" if "project_name" in parameters else "project"
+
+
+def _offline_directory(experiment: Any) -> str:
+    for attribute in ("offline_directory", "_offline_directory"):
+        value = getattr(experiment, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return "Comet's offline folder (COMET_OFFLINE_DIRECTORY)"
+
+
+def _describe(experiment: Any, section: CometConfig) -> str:
+    url = getattr(experiment, "url", None)
+    if isinstance(url, str) and url:
+        return url
+    project = section.project or "(default project)"
+    return f"Comet project {project}"

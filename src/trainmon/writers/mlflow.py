@@ -1,0 +1,236 @@
+"""The MLflow writer: one MLflow run per writing rank, metrics sent in batches.
+
+``mlflow`` is imported here only, when the ``mlflow`` section is enabled (``pip install
+"trainmon[mlflow]"``: ``mlflow-skinny`` plus SQLAlchemy and Alembic, enough for a tracking
+server URL or a local ``sqlite:`` store; the full ``mlflow`` package works as well). Only
+:class:`mlflow.MlflowClient` is used, never MLflow's global "active run", so a run the user
+starts with ``mlflow.start_run`` is left alone.
+
+* Start (on the thread building the :class:`~trainmon.Monitor`): the experiment is looked up by
+  name and created when missing; a run is created with ``run_name`` and ``tags`` (or, with
+  ``run_id``, that run is resumed), and ``params`` are logged with it. A tracking store that
+  cannot be reached here disables this writer with one message; the others start.
+* :meth:`write` turns each value into an MLflow ``Metric`` (step, wall time in ms) and buffers
+  it; :meth:`flush` sends the buffer with ``log_batch``, at most 1000 metrics per request.
+  Metric names MLflow refuses are rewritten once (``a@b`` -> ``a_b``, ``/x`` -> ``_x``).
+  NaN is stored as NaN; MLflow's SQL stores keep +/-Inf as +/-1.7976931348623157e308.
+* A failing request (the server went away) is reported once and counted by
+  :class:`~trainmon.writers.WriterGroup`; what that flush held is dropped (counted in
+  :attr:`MlflowWriter.dropped_metrics`), later flushes try again. MLflow's HTTP client retries
+  on its own first (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``): lower
+  those to bound how long the background thread waits for a server that is down.
+* :meth:`close` sends what is left and ends the run (``FINISHED``), once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import posixpath
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from trainmon import extras
+from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
+from trainmon.distributed import ProcessPlace
+from trainmon.events import StepScalars
+from trainmon.writers.base import Writer
+
+#: Most metrics MLflow accepts in one ``log_batch`` request.
+MAX_METRICS_PER_BATCH = 1000
+#: Longest wait for an HTTP tracking server to answer at start-up.
+START_TIMEOUT_S = 10.0
+_MAX_KEY_LENGTH = 250
+_INVALID_KEY = re.compile(r"[^/\w.\- ]")
+
+
+def mlflow_key(name: str) -> str:
+    """A metric name MLflow accepts: ``train/loss`` stays, other characters become ``_``."""
+    key = _INVALID_KEY.sub("_", name)
+    norm = posixpath.normpath(key) if key else ""
+    if norm != key or norm in ("", ".") or norm.startswith(("..", "/")):
+        key = re.sub(r"[/.]", "_", key) or "_"
+    if len(key) > _MAX_KEY_LENGTH:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        key = f"{key[: _MAX_KEY_LENGTH - 9]}-{digest}"
+    return key
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class MlflowWriter(Writer):
+    """Logs each step's scalars to an MLflow run, batched per flush.
+
+    ``per_rank`` names the run ``<run_name or job>-rank<r>`` and tags it ``trainmon.rank``;
+    ``job`` is the other writers' job name.
+    """
+
+    kind = "mlflow"
+
+    def __init__(
+        self,
+        section: MlflowConfig,
+        place: ProcessPlace | None = None,
+        *,
+        per_rank: bool = False,
+        job: str = DEFAULT_JOB_NAME,
+    ) -> None:
+        place = place or ProcessPlace()
+        extras.require("mlflow", "mlflow", "The MLflow writer")
+        self._entities: Any = importlib.import_module("mlflow.entities")
+        tracking: Any = importlib.import_module("mlflow.tracking")
+        _check_reachable(section.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
+        self._client = tracking.MlflowClient(tracking_uri=section.tracking_uri)
+        # MLflow >= 2.8 may log asynchronously (MLFLOW_ENABLE_ASYNC_LOGGING): flush must not
+        self._sync: dict[str, bool] = (
+            {"synchronous": True}
+            if "synchronous" in inspect.signature(self._client.log_batch).parameters
+            else {}
+        )
+        self.tracking_uri = str(self._client.tracking_uri)
+        tags = {str(k): _text(v) for k, v in section.tags.items()}
+        if per_rank:
+            tags.setdefault("trainmon.rank", str(place.rank))
+            tags.setdefault("trainmon.world_size", str(place.world_size))
+        if section.run_id is not None:
+            run = self._client.get_run(section.run_id)
+            self.run_id: str = run.info.run_id
+            self.experiment_id: str = run.info.experiment_id
+            self._client.update_run(self.run_id, status="RUNNING")
+            if tags:
+                self._log_batch(tags=[self._entities.RunTag(k, v) for k, v in tags.items()])
+        else:
+            self.experiment_id = self._experiment(section.experiment)
+            name = section.run_name or job
+            if per_rank:
+                name = f"{name}-rank{place.rank}"
+            run = self._client.create_run(self.experiment_id, run_name=name, tags=tags)
+            self.run_id = run.info.run_id
+        params = [self._entities.Param(str(k), _text(v)) for k, v in section.params.items()]
+        for start in range(0, len(params), 100):
+            self._log_batch(params=params[start : start + 100])
+        self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
+        #: Metrics lost because the request that carried them failed.
+        self.dropped_metrics = 0
+        self._keys: dict[str, str] = {}
+        self._pending: list[Any] = []
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> MlflowWriter:
+        """The writer for ``config.mlflow`` on this rank (the writer factory's entry point)."""
+        from trainmon.writers.wandb import job_name
+
+        return cls(
+            config.mlflow, place, per_rank=config.trainmon.per_rank_output, job=job_name(config)
+        )
+
+    def _experiment(self, name: str | None) -> str:
+        """The id of the experiment called ``name`` (created when missing)."""
+        name = name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or None
+        if name is None:
+            env_id = os.environ.get("MLFLOW_EXPERIMENT_ID")
+            if env_id:
+                return env_id
+            name = "Default"
+        found = self._client.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(self._client.create_experiment(name))
+        except Exception:  # another rank created it in the meantime
+            found = self._client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return str(found.experiment_id)
+
+    def _log_batch(self, **entities: Sequence[Any]) -> None:
+        self._client.log_batch(self.run_id, **self._sync, **entities)
+
+    # ---- the writer contract -----------------------------------------------------------------
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """Buffer one ``Metric`` per value; a full batch is sent at once."""
+        metric = self._entities.Metric
+        keys = self._keys
+        pending = self._pending
+        for record in records:
+            timestamp = int(record.wall_time * 1000)
+            step = record.step
+            for name, value in record.values.items():
+                key = keys.get(name)
+                if key is None:
+                    key = keys[name] = mlflow_key(name)
+                pending.append(metric(key, _as_float(value), timestamp, step))
+        if len(pending) >= MAX_METRICS_PER_BATCH:
+            self._send(whole_batches_only=True)
+
+    def flush(self) -> None:
+        """Send every buffered metric (``log_batch``, up to 1000 per request)."""
+        self._send(whole_batches_only=False)
+
+    def close(self) -> None:
+        """Send what is left and end the run as FINISHED; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._client.set_terminated(self.run_id, "FINISHED", int(time.time() * 1000))
+
+    def _send(self, *, whole_batches_only: bool) -> None:
+        pending = self._pending
+        sent = 0
+        try:
+            while len(pending) - sent >= (MAX_METRICS_PER_BATCH if whole_batches_only else 1):
+                batch = pending[sent : sent + MAX_METRICS_PER_BATCH]
+                self._log_batch(metrics=batch)
+                sent += len(batch)
+        except Exception:
+            self.dropped_metrics += len(pending) - sent
+            pending.clear()
+            raise
+        del pending[:sent]
+
+
+def _check_reachable(uri: str, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Fail fast, with the address, when an HTTP tracking server does not answer at all.
+
+    MLflow's own client would retry with back-off for minutes before giving up; any HTTP
+    answer (even 401 or 404) counts as reachable here, only a connection failure does not.
+    """
+    if not uri.lower().startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConnectionError(
+            f"the MLflow tracking server at {uri} does not answer ({reason}); check "
+            f"mlflow.tracking_uri (or MLFLOW_TRACKING_URI) and that the server is up"
+        ) from None
+
+
+def _as_float(value: float | int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the range of a float
+        return float("inf") if value > 0 else float("-inf")

@@ -1,0 +1,336 @@
+"""The Prometheus writer: the latest value of every metric, scraped and/or pushed.
+
+Two outlets share one table of latest values, both optional (section ``prometheus``):
+
+* **Exporter** (``serve``, on by default): an HTTP server on ``host:port`` (loopback unless the
+  user names another address) answering ``/metrics`` in Prometheus' text format. Each metric is
+  a gauge named after it (``train/loss`` -> ``trainmon_train_loss``: the ``namespace``, then the
+  name with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``), with the labels
+  ``job``, ``rank`` and ``metric`` (the original name, so two names that sanitise alike stay
+  apart). Prometheus keeps its own ``job`` label from the scrape config and, unless
+  ``honor_labels`` is set, stores ours as ``exported_job``. With ``trainmon.per_rank_output``
+  every rank serves, on ``port + LOCAL_RANK``. A port already in use stops only this writer,
+  with a message naming the port and the key ``prometheus.port``.
+* **Pushgateway** (``pushgateway_url``): the same gauges, without the ``job`` and ``rank``
+  labels, pushed under the grouping key ``job``/``rank`` (which adds them) with ``PUT``, so
+  the group always holds exactly the latest values. A push happens in :meth:`flush` on the
+  background thread when new values arrived and ``push_interval_s`` has passed since the last
+  one, and once more at close; ``delete_on_close`` then removes the group. Every request waits
+  at most ``timeout_s``. A Pushgateway that cannot be reached costs one warning (and a notice
+  when it answers again) and a count in :attr:`PrometheusWriter.push_errors`, never an error
+  in training.
+
+``prometheus_client`` is imported here only, when the section is enabled, and every metric is
+registered in a :class:`CollectorRegistry` of this writer (never the process-wide default one),
+through a collector that reads the table when Prometheus scrapes: the writer only updates a
+dict under a lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from trainmon import extras
+from trainmon.config import PrometheusConfig, TrainmonConfig
+from trainmon.distributed import ProcessPlace
+from trainmon.events import Number, StepScalars
+from trainmon.logging import get_logger
+from trainmon.writers.base import Writer
+
+_log = get_logger("prometheus")
+
+_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+#: Launcher variables holding this process's rank on its node, first found wins.
+LOCAL_RANK_VARIABLES = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "SLURM_LOCALID",
+)
+
+
+def metric_name(name: str, namespace: str = "trainmon") -> str:
+    """The Prometheus name for a trainmon metric: ``train/loss`` -> ``trainmon_train_loss``."""
+    cleaned = _INVALID.sub("_", name)
+    full = f"{namespace}_{cleaned}" if namespace else cleaned
+    return "_" + full if not full or full[0].isdigit() else full
+
+
+def local_rank(env: Mapping[str, str] | None = None) -> int:
+    """This process's rank on its node, from the launcher's environment; 0 when unknown."""
+    env = os.environ if env is None else env
+    for key in LOCAL_RANK_VARIABLES:
+        value = env.get(key, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+class PortInUseError(OSError):
+    """The exporter's port is taken (or not allowed); the message names ``prometheus.port``."""
+
+
+class _LatestValues:
+    """The latest value of every metric: written by the writer, read by each scrape."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.lock = threading.Lock()
+        self.values: dict[str, float] = {}
+        self.names: dict[str, str] = {}  # trainmon name -> Prometheus name
+
+    def update(self, records: Sequence[StepScalars]) -> bool:
+        latest: dict[str, Number] = {}
+        for record in records:
+            latest.update(record.values)
+        if not latest:
+            return False
+        names = self.names
+        for name in latest:
+            if name not in names:
+                names[name] = metric_name(name, self.namespace)
+        with self.lock:
+            for name, value in latest.items():
+                self.values[name] = _as_float(value)
+        return True
+
+    def snapshot(self) -> list[tuple[str, str, float]]:
+        """(Prometheus name, trainmon name, value), sorted by Prometheus name."""
+        with self.lock:
+            items = list(self.values.items())
+        names = self.names
+        return sorted((names[name], name, value) for name, value in items)
+
+
+def _as_float(value: Number) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the range of a float
+        return math.inf if value > 0 else -math.inf
+
+
+class _Collector:
+    """A ``prometheus_client`` collector: one gauge family per Prometheus name, read at scrape."""
+
+    def __init__(self, latest: _LatestValues, labels: Mapping[str, str]) -> None:
+        self._gauge = importlib.import_module("prometheus_client.core").GaugeMetricFamily
+        self._latest = latest
+        self._label_names = [*labels, "metric"]
+        self._label_values = list(labels.values())
+
+    def collect(self) -> Iterator[Any]:
+        family: Any = None
+        for prom_name, name, value in self._latest.snapshot():
+            if family is None or family.name != prom_name:
+                if family is not None:
+                    yield family
+                family = self._gauge(
+                    prom_name,
+                    f"Latest value of the trainmon metric {name}.",
+                    labels=self._label_names,
+                )
+            family.add_metric([*self._label_values, name], value)
+        if family is not None:
+            yield family
+
+
+class PrometheusWriter(Writer):
+    """Serves (and/or pushes) the latest value of every metric as Prometheus gauges.
+
+    ``job`` and ``rank`` label every series; ``port`` is the port actually served (the
+    configured one plus the local rank when ``per_rank``; the system's pick for 0).
+    """
+
+    kind = "prometheus"
+
+    def __init__(
+        self,
+        section: PrometheusConfig,
+        place: ProcessPlace | None = None,
+        *,
+        job: str = "trainmon",
+        per_rank: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        place = place or ProcessPlace()
+        client = extras.require("prometheus_client", "prometheus", "The Prometheus writer")
+        self.section = section
+        self.job = section.job or job
+        self.rank = place.rank
+        self._latest = _LatestValues(section.namespace)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+        self.url: str | None = None
+        #: Pushes (and deletes) that failed: the Pushgateway was unreachable or refused them.
+        self.push_errors = 0
+        self._dirty = False
+        self._pushed_once = False
+        self._next_push = 0.0
+        self._push_failing = False
+        self._closed = False
+        self._client = client
+        where: list[str] = []
+        if section.serve:
+            offset = local_rank(env) if per_rank and section.port else 0
+            try:
+                self._serve(client, section.host, section.port + offset, offset)
+            except PortInUseError as exc:
+                if section.pushgateway_url is None:
+                    raise
+                _log.warning(
+                    "%s; the Prometheus writer only pushes to %s", exc, section.pushgateway_url
+                )
+            else:
+                where.append(str(self.url))
+        self._push_registry: Any = None
+        if section.pushgateway_url is not None:
+            self._push_registry = client.CollectorRegistry()
+            self._push_registry.register(_Collector(self._latest, {}))
+            where.append(f"{section.pushgateway_url} job={self.job} rank={self.rank}")
+        self.location = " and ".join(where) or "nowhere (serve is off and no pushgateway_url)"
+
+    @classmethod
+    def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> PrometheusWriter:
+        """The writer for ``config.prometheus`` on this rank (the writer factory's entry point)."""
+        from trainmon.writers.wandb import job_name
+
+        return cls(
+            config.prometheus,
+            place,
+            job=job_name(config),
+            per_rank=config.trainmon.per_rank_output,
+        )
+
+    def _serve(self, client: Any, host: str, port: int, offset: int) -> None:
+        registry = client.CollectorRegistry()
+        registry.register(_Collector(self._latest, {"job": self.job, "rank": str(self.rank)}))
+        key = f"'prometheus.port' = {port - offset}" + (
+            f" plus LOCAL_RANK {offset}" if offset else ""
+        )
+        try:
+            started = client.start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                why = "is already in use" if exc.errno == errno.EADDRINUSE else "is not allowed"
+                error: OSError = PortInUseError(
+                    f"the Prometheus exporter cannot listen on {host}:{port}: the port {why} "
+                    f"({key}); set 'prometheus.port' to a free port, or to 0 to let "
+                    f"the system pick one"
+                )
+            else:
+                error = OSError(
+                    f"the Prometheus exporter cannot listen on {host}:{port} ('prometheus.host' "
+                    f"= {host!r}, {key}): {exc.strerror or exc}"
+                )
+            error.errno = exc.errno
+            raise error from None
+        if isinstance(started, tuple):  # prometheus_client >= 0.20 returns (server, thread)
+            self._server, self._thread = started
+            self.port = int(self._server.server_address[1])
+        else:
+            self.port = port
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.port}/metrics"
+
+    # ---- the writer contract -----------------------------------------------------------------
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """Keep the latest value of each metric; the next scrape (or push) sees it."""
+        if self._latest.update(records):
+            self._dirty = True
+
+    def flush(self) -> None:
+        """Push to the Pushgateway when new values arrived and the push interval has passed."""
+        if self._push_registry is None or not self._dirty:
+            return
+        now = time.monotonic()
+        if now >= self._next_push:
+            self._next_push = now + self.section.push_interval_s
+            self._push()
+
+    def close(self) -> None:
+        """Push once more (and delete the group if asked), then stop the exporter. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._push_registry is not None:
+                if self._dirty:
+                    self._push()
+                if self.section.delete_on_close and self._pushed_once:
+                    self._delete()
+        finally:
+            server, self._server = self._server, None
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            if self._thread is not None:
+                self._thread.join(5)
+
+    # ---- Pushgateway ----------------------------------------------------------------------
+
+    def _push(self) -> None:
+        self._dirty = False
+        try:
+            self._client.push_to_gateway(
+                self.section.pushgateway_url,
+                job=self.job,
+                registry=self._push_registry,
+                grouping_key={"rank": str(self.rank)},
+                timeout=self.section.timeout_s,
+            )
+        except Exception as exc:
+            self._dirty = True  # the values are still to be pushed
+            self._push_failed("push to", exc)
+        else:
+            self._pushed_once = True
+            self._push_ok()
+
+    def _delete(self) -> None:
+        try:
+            self._client.delete_from_gateway(
+                self.section.pushgateway_url,
+                job=self.job,
+                grouping_key={"rank": str(self.rank)},
+                timeout=self.section.timeout_s,
+            )
+        except Exception as exc:
+            self._push_failed("delete the group on", exc)
+
+    def _push_failed(self, what: str, exc: Exception) -> None:
+        self.push_errors += 1
+        if self._push_failing:
+            return
+        self._push_failing = True
+        _log.warning(
+            "Prometheus writer: could not %s the Pushgateway at %s (%s: %s; timeout %g s); "
+            "training and the other writers carry on, and the latest values go with the next "
+            "push (failed requests are counted in PrometheusWriter.push_errors, not printed)",
+            what,
+            self.section.pushgateway_url,
+            type(exc).__name__,
+            _first_line(exc),
+            self.section.timeout_s,
+        )
+
+    def _push_ok(self) -> None:
+        if self._push_failing:
+            self._push_failing = False
+            _log.info(
+                "Prometheus writer: the Pushgateway at %s answers again (%d failed requests)",
+                self.section.pushgateway_url,
+                self.push_errors,
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]

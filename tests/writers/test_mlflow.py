@@ -1,0 +1,288 @@
+"""The MLflow writer against a real MLflow tracking store (SQLite in a temporary folder), read
+back with MLflow's own client. Skipped without ``pip install "trainmon[mlflow]"``.
+
+One store serves the whole module (creating its tables takes a few seconds); each test logs
+into an experiment of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trainmon
+import trainmon.extras
+from trainmon.config import load_config
+from trainmon.distributed import ProcessPlace
+from trainmon.errors import ConfigError, MissingExtraError
+from trainmon.journal import read_journal
+
+needs_mlflow = pytest.mark.skipif(
+    not (trainmon.extras.is_installed("mlflow") and trainmon.extras.is_installed("sqlalchemy")),
+    reason='needs pip install "trainmon[mlflow]"',
+)
+#: What MLflow's SQL stores keep for +/-Inf (they have no infinite floats).
+SQL_INF = sys.float_info.max
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A SQLite tracking URI shared by the module (its tables are created once, here)."""
+    if not (trainmon.extras.is_installed("mlflow") and trainmon.extras.is_installed("sqlalchemy")):
+        pytest.skip('needs pip install "trainmon[mlflow]"')
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    yield uri
+
+
+def _config(base: Path, store: str, **mlflow: Any) -> dict[str, Any]:
+    return {
+        "console": {"enabled": False},
+        "jsonl": {"enabled": True, "output_path": str(base), "job_name": "job"},
+        "mlflow": {"enabled": True, "tracking_uri": store, **mlflow},
+    }
+
+
+def _writer(monitor: trainmon.Monitor) -> Any:
+    (writer,) = [w for w in monitor.writers if w.kind == "mlflow"]
+    return writer
+
+
+def _history(store: str, run_id: str, key: str) -> list[tuple[int, float, int]]:
+    """(step, value, timestamp in ms) of ``key``, as MLflow's client returns them."""
+    from mlflow import MlflowClient
+
+    history = MlflowClient(tracking_uri=store).get_metric_history(run_id, key)
+    return sorted((m.step, m.value, m.timestamp) for m in history)
+
+
+def _run(store: str, run_id: str) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=store).get_run(run_id)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@needs_mlflow
+def test_every_value_reads_back_at_its_step_and_wall_time(tmp_path: Path, store: str) -> None:
+    """get_metric_history returns each logged value at its step, stamped with the record's wall
+    time in ms; NaN stays NaN and +/-Inf is what MLflow's SQL store keeps for them."""
+    logged = [
+        (0, {"train/loss": 2.5, "train/lr": 1e-3}),
+        (1, {"train/loss": 0.1 + 0.2, "train/lr": 1e-3}),
+        (2, {"train/loss": math.nan, "train/lr": 5e-4}),
+        (3, {"train/loss": math.inf, "train/lr": -math.inf}),
+        (7, {"train/loss": 1 / 3, "train/lr": 2}),
+    ]
+    with trainmon.Monitor(_config(tmp_path, store, experiment="values")) as monitor:
+        run_id = _writer(monitor).run_id
+        for step, values in logged:
+            monitor.log(values, step=step)
+    journal = [
+        r for r in read_journal(tmp_path / "job" / "metrics.jsonl") if r["kind"] == "scalars"
+    ]
+    times = {r["step"]: int(r["time"] * 1000) for r in journal}
+    for key in ("train/loss", "train/lr"):
+        got = _history(store, run_id, key)
+        want = [(step, float(values[key]), times[step]) for step, values in logged]
+        want = [
+            (s, SQL_INF if v == math.inf else -SQL_INF if v == -math.inf else v, t)
+            for s, v, t in want
+        ]
+        assert [(s, t) for s, _, t in got] == [(s, t) for s, _, t in want], key
+        assert all(_same(g[1], w[1]) for g, w in zip(got, want, strict=True)), (got, want)
+
+
+@needs_mlflow
+def test_run_is_named_tagged_given_params_and_finished_at_close(tmp_path: Path, store: str) -> None:
+    """The run carries run_name, tags and params (as text) in the named experiment, and close
+    ends it FINISHED with an end time; a second close changes nothing."""
+    config = _config(
+        tmp_path,
+        store,
+        experiment="named",
+        run_name="my-run",
+        tags={"team": "vision", "attempt": 2},
+        params={"lr": 0.001, "layers": [64, 64], "optimizer": {"name": "adam"}},
+    )
+    monitor = trainmon.Monitor(config)
+    writer = _writer(monitor)
+    assert _run(store, writer.run_id).info.status == "RUNNING"
+    monitor.log({"train/loss": 1.0}, step=0)
+    monitor.close()
+    writer.close()
+    run = _run(store, writer.run_id)
+    assert run.info.status == "FINISHED" and run.info.end_time is not None
+    assert run.info.run_name == "my-run"
+    from mlflow import MlflowClient
+
+    assert MlflowClient(tracking_uri=store).get_experiment(run.info.experiment_id).name == "named"
+    assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == {
+        "team": "vision",
+        "attempt": "2",
+    }
+    assert run.data.params == {
+        "lr": "0.001",
+        "layers": "[64, 64]",
+        "optimizer": '{"name": "adam"}',
+    }
+
+
+@needs_mlflow
+def test_without_run_name_the_run_is_named_after_the_job(tmp_path: Path, store: str) -> None:
+    """No run_name: the run takes the job_name of the enabled output section."""
+    with trainmon.Monitor(_config(tmp_path, store, experiment="job-named")) as monitor:
+        run_id = _writer(monitor).run_id
+    assert _run(store, run_id).info.run_name == "job"
+
+
+@needs_mlflow
+def test_a_flush_sends_at_most_1000_metrics_per_request(tmp_path: Path, store: str) -> None:
+    """2,500 values logged between flushes go out in log_batch requests of at most 1,000
+    metrics, and every one of them reads back."""
+    monitor = trainmon.Monitor(_config(tmp_path, store, experiment="batches"))
+    writer = _writer(monitor)
+    sizes: list[int] = []
+    real = writer._client.log_batch
+
+    def spy(run_id: str, **kwargs: Any) -> Any:
+        sizes.append(len(kwargs.get("metrics", ())))
+        return real(run_id, **kwargs)
+
+    writer._client.log_batch = spy
+    for step in range(500):
+        monitor.log({f"m/{i}": float(step * 10 + i) for i in range(5)}, step=step)
+    monitor.close()
+    assert sum(sizes) == 2500 and max(sizes) <= 1000
+    assert _history(store, writer.run_id, "m/3")[-1][:2] == (499, 4993.0)
+    assert len(_history(store, writer.run_id, "m/0")) == 500
+
+
+@needs_mlflow
+def test_names_mlflow_refuses_are_rewritten(tmp_path: Path, store: str) -> None:
+    """Characters MLflow refuses become _, and a leading / is dropped into _; the values stay."""
+    from trainmon.writers.mlflow import mlflow_key
+
+    with trainmon.Monitor(_config(tmp_path, store, experiment="names")) as monitor:
+        run_id = _writer(monitor).run_id
+        monitor.log({"a@b": 1.0, "/abs/x": 2.0, "ok/name-1.2 x:y": 3.0}, step=0)
+    assert [v for _, v, _ in _history(store, run_id, "a_b")] == [1.0]
+    assert [v for _, v, _ in _history(store, run_id, "_abs_x")] == [2.0]
+    assert [v for _, v, _ in _history(store, run_id, "ok/name-1.2 x_y")] == [3.0]
+    assert mlflow_key("train/loss") == "train/loss"
+    assert mlflow_key("a/../b") == "a____b"
+    assert len(mlflow_key("x" * 300)) == 250
+
+
+@needs_mlflow
+def test_run_id_resumes_an_existing_run(tmp_path: Path, store: str) -> None:
+    """A second monitor given run_id logs into the same run, which ends FINISHED again."""
+    with trainmon.Monitor(_config(tmp_path / "a", store, experiment="resume")) as monitor:
+        run_id = _writer(monitor).run_id
+        monitor.log({"train/loss": 1.0}, step=0)
+    config = _config(tmp_path / "b", store, run_id=run_id, tags={"resumed": "yes"})
+    with trainmon.Monitor(config) as monitor:
+        assert _run(store, run_id).info.status == "RUNNING"
+        monitor.log({"train/loss": 0.5}, step=1)
+    run = _run(store, run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "yes"
+    assert [(s, v) for s, v, _ in _history(store, run_id, "train/loss")] == [(0, 1.0), (1, 0.5)]
+
+
+@needs_mlflow
+def test_per_rank_output_gives_each_rank_its_own_tagged_run(tmp_path: Path, store: str) -> None:
+    """With per-rank output rank 3 logs to a run of its own, named <job>-rank3 and tagged."""
+    config = _config(tmp_path, store, experiment="ranks")
+    config["trainmon"] = {"per_rank_output": True}
+    with trainmon.Monitor(config, place=ProcessPlace(3, 4)) as monitor:
+        run_id = _writer(monitor).run_id
+        monitor.log({"train/loss": 1.0}, step=0)
+    run = _run(store, run_id)
+    assert run.info.run_name == "job-rank3"
+    assert run.data.tags["trainmon.rank"] == "3" and run.data.tags["trainmon.world_size"] == "4"
+
+
+@needs_mlflow
+def test_a_tracking_store_failing_mid_run_is_one_warning_and_training_goes_on(
+    tmp_path: Path, store: str, trainmon_logs: list[logging.LogRecord]
+) -> None:
+    """When log_batch starts failing, one warning is logged, the lost metrics are counted, the
+    other writers get every step, and later flushes try again."""
+    monitor = trainmon.Monitor(_config(tmp_path, store, experiment="failing"))
+    writer = _writer(monitor)
+    real = writer._client.log_batch
+    failing = True
+
+    def flaky(run_id: str, **kwargs: Any) -> Any:
+        if failing:
+            raise ConnectionError("tracking server went away")
+        return real(run_id, **kwargs)
+
+    monitor.log({"train/loss": 1.0}, step=0)
+    assert monitor.flush(timeout=30)
+    writer._client.log_batch = flaky
+    for step in (1, 2):
+        monitor.log({"train/loss": float(step)}, step=step)
+        assert monitor.flush(timeout=30)
+    failing = False
+    monitor.log({"train/loss": 3.0}, step=3)
+    monitor.close()
+    assert writer.dropped_metrics >= 2  # steps 1 and 2 (and the error counter trainmon adds)
+    warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "mlflow writer" in warnings[0] and "in flush" in warnings[0]
+    assert [s for s, _, _ in _history(store, writer.run_id, "train/loss")] == [0, 3]
+    journal = read_journal(tmp_path / "job" / "metrics.jsonl")
+    assert [
+        r["step"] for r in journal if r["kind"] == "scalars" and "train/loss" in r["values"]
+    ] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert _run(store, writer.run_id).info.status == "FINISHED"
+
+
+@needs_mlflow
+def test_an_unreachable_tracking_server_is_one_message_at_start_up(
+    tmp_path: Path, trainmon_logs: list[logging.LogRecord]
+) -> None:
+    """Nothing answering at an http tracking URI: the writer is left out at once with one
+    warning naming the address, and the monitor runs with the others."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with trainmon.Monitor(_config(tmp_path, uri)) as monitor:
+        assert [w.kind for w in monitor.writers] == ["jsonl"]
+        monitor.log({"train/loss": 1.0}, step=0)
+    (warning,) = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    assert f"MLflow tracking server at {uri} does not answer" in warning
+
+
+def test_missing_mlflow_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enabling MLflow without the package raises MissingExtraError with the pip command."""
+    real = trainmon.extras.is_installed
+    monkeypatch.setattr(trainmon.extras, "is_installed", lambda m: m != "mlflow" and real(m))
+    with pytest.raises(MissingExtraError, match=r'pip install "trainmon\[mlflow\]"'):
+        trainmon.Monitor(_config(tmp_path, "sqlite:///unused.db"))
+
+
+@pytest.mark.parametrize("key", ["tracking_uri", "experiment", "run_name", "run_id"])
+def test_an_empty_mlflow_string_is_a_config_error(key: str) -> None:
+    """An empty tracking_uri / experiment / run_name / run_id is refused, naming the key."""
+    with pytest.raises(ConfigError, match=f"'mlflow.{key}'"):
+        load_config({"mlflow": {key: ""}})
