@@ -9,7 +9,6 @@ the full key path, the value, the expected type and the closest valid key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, did_you_mean
 
 DEFAULT_JOB_NAME = "DeepSpeedJobName"
 
@@ -423,8 +422,7 @@ def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
             )
         kind = "threshold"
     elif kind not in ALERT_KINDS:
-        hint = difflib.get_close_matches(str(kind), ALERT_KINDS, n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        extra = did_you_mean(str(kind), ALERT_KINDS, start="; ")
         raise ConfigError(
             f"{where}: '{path}.kind' = {kind!r}: expected one of {', '.join(ALERT_KINDS)}{extra}"
         )
@@ -439,10 +437,9 @@ def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
                 f"{', '.join(owners)}); valid keys for {kind!r}: {', '.join(valid)}"
             )
         every = sorted({*_RULE_COMMON, *(k for keys in _RULE_KEYS.values() for k in keys)})
-        hint = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5) or (
-            difflib.get_close_matches(str(key), every, n=1, cutoff=0.5)
+        suggestion = did_you_mean(key, valid, cutoff=0.5, end=" ") or did_you_mean(
+            key, every, cutoff=0.5, end=" "
         )
-        suggestion = f"did you mean {hint[0]!r}? " if hint else ""
         raise ConfigError(
             f"{where}: unknown key '{path}.{key}'; {suggestion}valid keys for {kind!r}: "
             f"{', '.join(valid)}"
@@ -659,8 +656,7 @@ def _build_section(section_type: type, value: Any, path: str, origin: str) -> An
     for key, item in value.items():
         full = f"{path}.{key}"
         if key not in names:
-            hint = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
-            suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+            suggestion = did_you_mean(str(key), names, cutoff=0.5, end=" ")
             raise ConfigError(
                 f"{origin}: unknown key {full!r}; {suggestion}valid keys of {path!r}: "
                 f"{', '.join(names)}"
@@ -734,8 +730,7 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
         choices = typing.get_args(tp)
         if value in choices and isinstance(value, str):
             return value
-        hint = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        extra = did_you_mean(str(value), [str(c) for c in choices], start="; ")
         raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}{extra}")
     if kind in (typing.Union, types.UnionType):
         for option in typing.get_args(tp):

@@ -48,7 +48,6 @@ each boundary, as DeepSpeed does, unless the module is already DDP or FSDP.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import importlib
 import math
@@ -61,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.device_timing import SpanTimer, span_timers
 from trainmon.distributed import discover
-from trainmon.errors import ConfigError, TrainmonError
+from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
 from trainmon.logging import get_logger
 from trainmon.meters import (
@@ -172,8 +171,7 @@ def build_optimizer(section: Any, params: Any) -> torch.optim.Optimizer:
     kind = section.get("type")
     valid = ", ".join(_OPTIMIZER_TYPES.values())
     if not isinstance(kind, str) or kind.lower() not in _OPTIMIZER_TYPES:
-        hint = difflib.get_close_matches(str(kind), list(_OPTIMIZER_TYPES.values()), n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        extra = did_you_mean(str(kind), list(_OPTIMIZER_TYPES.values()), start="; ")
         raise ConfigError(
             f"'optimizer.type' = {kind!r}: expected one of {valid} (any case){extra}, "
             f"or pass optimizer= to trainmon.initialize"
@@ -923,10 +921,9 @@ def initialize(
     if unknown:
         known = ["model", "optimizer", "model_parameters", "training_data", "lr_scheduler"]
         known += ["config", "monitor", "collate_fn", *sorted(_DEEPSPEED_KWARGS)]
-        hint = difflib.get_close_matches(unknown[0], known, n=1)
         raise TypeError(
             f"initialize() got an unexpected keyword argument {unknown[0]!r}"
-            + (f"; did you mean {hint[0]!r}?" if hint else "")
+            + did_you_mean(unknown[0], known, start="; ")
         )
     if config is None:
         config = deepspeed_kwargs.get("config_params")

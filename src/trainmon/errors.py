@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class TrainmonError(Exception):
     """Base class of every error trainmon raises on purpose."""
@@ -29,3 +32,12 @@ class TrainingStopped(TrainmonError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"training stopped by trainmon: {reason}")
+
+
+def did_you_mean(
+    value: object, choices: Iterable[str], *, cutoff: float = 0.6, start: str = "", end: str = ""
+) -> str:
+    """``did you mean 'x'?`` for the closest of ``choices`` (with ``start``/``end`` around it),
+    or ``""`` when none is close: the hint every "unknown key or value" error carries."""
+    hint = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=cutoff)
+    return f"{start}did you mean {hint[0]!r}?{end}" if hint else ""

@@ -26,7 +26,6 @@ Sink settings (every entry also has ``"type"``):
 from __future__ import annotations
 
 import base64
-import difflib
 import hashlib
 import hmac
 import http.client
@@ -50,7 +49,7 @@ from typing import Any, NoReturn
 
 from trainmon.alerts.delivery import AlertDispatcher, AlertSink, DeliveryError
 from trainmon.alerts.model import Alert
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, did_you_mean
 from trainmon.logging import get_logger
 from trainmon.writers.files import AppendFile
 
@@ -656,8 +655,7 @@ class _Entry:
     def choice(self, key: str, choices: Sequence[str], default: str) -> str:
         value = self.raw.get(key, default)
         if value not in choices or not isinstance(value, str):
-            hint = difflib.get_close_matches(str(value), list(choices), n=1)
-            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            extra = did_you_mean(str(value), list(choices), start="; ")
             self.fail(key, "one of " + ", ".join(repr(c) for c in choices) + extra)
         return value
 
@@ -721,8 +719,7 @@ def _sink(index: int, raw: Any, *, run_dir: Path | None, job: str, rank: int) ->
     if kind is None:
         raise ConfigError(f"{prefix}.type is missing: expected one of {', '.join(SINK_TYPES)}")
     if kind not in _SINK_KEYS:
-        hint = difflib.get_close_matches(str(kind), SINK_TYPES, n=1, cutoff=0.5)
-        extra = f"did you mean {hint[0]!r}? " if hint else ""
+        extra = did_you_mean(str(kind), SINK_TYPES, cutoff=0.5, end=" ")
         raise ConfigError(
             f"{prefix}.type = {kind!r}: unknown sink type; {extra}"
             f"valid types: {', '.join(SINK_TYPES)}"
@@ -730,8 +727,7 @@ def _sink(index: int, raw: Any, *, run_dir: Path | None, job: str, rank: int) ->
     valid = _COMMON_KEYS + _SINK_KEYS[kind]
     for key in raw:
         if key not in valid:
-            hint = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
-            extra = f"did you mean {hint[0]!r}? " if hint else ""
+            extra = did_you_mean(str(key), valid, cutoff=0.5, end=" ")
             raise ConfigError(
                 f"unknown key {prefix}.{key}; {extra}valid keys of {_a(kind)} sink: "
                 f"{', '.join(valid)}"

@@ -23,7 +23,6 @@ take, an object that is not a writer.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import threading
@@ -31,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from trainmon.aggregate import WindowStats
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, did_you_mean
 from trainmon.events import StepScalars
 from trainmon.writers.base import Writer
 
@@ -160,9 +159,8 @@ def resolve_factory(target: str, key: str = "writers[0].class") -> WriterFactory
         registered = registered_writers()
         if name in registered:
             return registered[name]
-        hint = difflib.get_close_matches(name, list(registered), n=1)
         known = ", ".join(sorted(registered)) or "none yet"
-        suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+        suggestion = did_you_mean(name, registered, end=" ")
         raise ConfigError(
             f"{key!r} = {target!r}: no writer is registered under that name; {suggestion}"
             f"registered names: {known}. Give 'package.module:Name' to import a class, or call "
@@ -184,8 +182,7 @@ def resolve_factory(target: str, key: str = "writers[0].class") -> WriterFactory
             found = getattr(found, part)
         except AttributeError:
             names = [n for n in dir(found) if not n.startswith("_")]
-            hint = difflib.get_close_matches(part, names, n=1)
-            suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+            suggestion = did_you_mean(part, names, start="; ")
             raise ConfigError(
                 f"{key!r} = {target!r}: {module_name!r} has no attribute {attribute!r}{suggestion}"
             ) from None
@@ -228,8 +225,7 @@ def _check_arguments(
         has_var_kw = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
         if unknown and not has_var_kw:
             key = unknown[0]
-            hint = difflib.get_close_matches(key, parameters, n=1)
-            suggestion = f"did you mean {hint[0]!r}? " if hint else ""
+            suggestion = did_you_mean(key, parameters, end=" ")
             raise ConfigError(
                 f"unknown key '{path}.{key}': {target} takes no argument {key!r}; "
                 f"{suggestion}it takes: {', '.join(parameters) or 'no arguments'}"
