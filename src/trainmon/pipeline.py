@@ -53,6 +53,7 @@ class Observer:
     def close(self) -> None:
         """The pipeline is closing: release resources."""
 
+
 DROPPED_METRIC = "trainmon/dropped_events"
 WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 _CHUNK_ENTRIES = 2048
