@@ -1,0 +1,165 @@
+"""One rank of ``bench_scale.py``: times trainmon's per-window cross-rank reduction.
+
+Why: at each window end every rank hands one row of 16 floats to rank 0 (one gloo ``gather``
+per window, from the background thread) and rank 0 turns the table into ``<metric>/min``,
+``/mean``, ``/max``, ``/argmax_rank`` and straggler metrics (``summarise_ranks``). This worker
+measures, under ``torch.distributed.run`` on the CPU with gloo, what that costs per window as
+the number of ranks grows.
+
+Each rank builds a :class:`trainmon.distributed.CrossRankReducer` and a synthetic
+:class:`~trainmon.aggregate.WindowStats` holding every metric of ``REDUCED_METRICS`` (rank
+``r`` is made the slowest by ``r`` ms, so rank 0 can check the answer). Measured, each call
+preceded by an untimed barrier so that ranks arrive together as they do after a training step:
+
+* ``reducer(window)``: the whole per-window path (pack, gather, to lists, summarise);
+* a bare ``dist.gather`` of the same 16 float64 on a gloo group of its own;
+* on rank 0, ``summarise_ranks`` alone on the gathered table, and ``pack_window`` alone.
+
+Rank 0 writes its numbers as JSON to ``--out``. Launched by ``bench_scale.py``::
+
+    python -m torch.distributed.run --nproc_per_node=N --master_addr=127.0.0.1 \
+        --master_port=PORT benchmarks/scale_worker.py --k 200 --out result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainmon.aggregate import MetricStats, WindowStats
+from trainmon.distributed import REDUCED_METRICS, CrossRankReducer, pack_window, summarise_ranks
+
+STEPS_PER_WINDOW = 10
+
+
+def synthetic_window(rank: int) -> WindowStats:
+    """A window with every reduced metric; rank ``r``'s step time is ``100 + r`` ms."""
+    metrics: dict[str, MetricStats] = {}
+    for index, (name, _) in enumerate(REDUCED_METRICS):
+        if name == "perf/step_time_ms":
+            value = 100.0 + rank
+        elif name == "perf/comm_ms":
+            value = 5.0
+        else:
+            value = 10.0 * (index + 1) + 0.5 * rank
+        metrics[name] = MetricStats(STEPS_PER_WINDOW, value, 0.9 * value, 1.1 * value, value)
+    now = time.time()
+    return WindowStats(1, STEPS_PER_WINDOW, now - 1.0, now, metrics)
+
+
+def timed(
+    call: Callable[[], Any], k: int, warmup: int, barrier: bool
+) -> tuple[list[int], list[int], list[int], Any]:
+    """Wall, thread-CPU and process-CPU ns of ``k`` calls (after ``warmup``); the last result."""
+    perf, thread_cpu, process_cpu = time.perf_counter_ns, time.thread_time_ns, time.process_time_ns
+    walls: list[int] = []
+    threads: list[int] = []
+    processes: list[int] = []
+    result: Any = None
+    for i in range(warmup + k):
+        if barrier:
+            dist.barrier()
+        p0, c0, w0 = process_cpu(), thread_cpu(), perf()
+        result = call()
+        w1, c1, p1 = perf(), thread_cpu(), process_cpu()
+        if i >= warmup:
+            walls.append(w1 - w0)
+            threads.append(c1 - c0)
+            processes.append(p1 - p0)
+    return walls, threads, processes, result
+
+
+def _summary(values: Sequence[int]) -> dict[str, float]:
+    us = sorted(v / 1e3 for v in values)
+    return {
+        "median_us": statistics.median(us),
+        "p10_us": us[len(us) // 10],
+        "p90_us": us[(len(us) * 9) // 10],
+        "mean_us": statistics.fmean(us),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--k", type=int, default=200, help="timed windows")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed windows first")
+    parser.add_argument("--out", type=Path, required=True, help="rank 0 writes JSON here")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        reducer = CrossRankReducer(timeout_s=60)
+        window = synthetic_window(rank)
+
+        # 1. the whole per-window path, as the pipeline's background thread runs it
+        walls, threads, processes, result = timed(
+            lambda: reducer(window), args.k, args.warmup, True
+        )
+
+        # 2. the collective alone, on a gloo group of its own
+        group = dist.new_group(backend="gloo")
+        mine = torch.tensor(pack_window(window), dtype=torch.float64)
+        gathered: list[list[torch.Tensor] | None] = [None]
+
+        def gather() -> None:
+            rows = [torch.empty_like(mine) for _ in range(world)] if rank == 0 else None
+            dist.gather(mine, rows, dst=0, group=group)
+            gathered[0] = rows
+
+        gather_walls, gather_threads, _, _ = timed(gather, args.k, args.warmup, True)
+
+        if rank == 0:
+            rows = gathered[0]
+            assert rows is not None
+            table = [row.tolist() for row in rows]
+            summ_walls, summ_threads, _, _ = timed(
+                lambda: summarise_ranks(table), args.k, args.warmup, False
+            )
+            pack_walls, _, _, _ = timed(lambda: pack_window(window), args.k, args.warmup, False)
+            checks = {
+                "slowest_rank_ok": result.get("perf/slowest_rank") == world - 1,
+                "argmax_ok": result.get("perf/step_time_ms/argmax_rank") == world - 1,
+                "job_samples_ok": abs(
+                    result.get("perf/job_samples_per_sec", float("nan"))
+                    - sum(table[r][2 + 6] for r in range(world))
+                )
+                < 1e-6,
+                "metrics_out": len(result),
+            }
+            payload = {
+                "world_size": world,
+                "k": args.k,
+                "row_floats": len(table[0]),
+                "bytes_gathered_per_window": world * len(table[0]) * 8,
+                "collectives_per_window": 1,
+                "reducer": _summary(walls),
+                "reducer_thread_cpu": _summary(threads),
+                "reducer_process_cpu": _summary(processes),
+                "gather": _summary(gather_walls),
+                "gather_thread_cpu": _summary(gather_threads),
+                "summarise_ranks": _summary(summ_walls),
+                "summarise_ranks_thread_cpu": _summary(summ_threads),
+                "pack_window": _summary(pack_walls),
+                "checks": checks,
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            }
+            args.out.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
