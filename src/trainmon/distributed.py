@@ -178,6 +178,7 @@ class CrossRankReducer:
         self.world_size = dist.get_world_size()
         self.disabled = False
         self._warned_steps = False
+        self._table: Any = None
 
     def __call__(self, window: WindowStats) -> dict[str, Number] | None:
         """This window's cross-rank metrics on rank 0; None elsewhere or once disabled."""
@@ -186,7 +187,11 @@ class CrossRankReducer:
         import torch
 
         mine = torch.tensor(pack_window(window), dtype=torch.float64)
-        rows = [torch.empty_like(mine) for _ in range(self.world_size)] if self.rank == 0 else None
+        rows = None
+        if self.rank == 0:  # one (world, row) buffer; gather fills its rows, one tolist() reads it
+            if self._table is None:
+                self._table = torch.empty((self.world_size, mine.numel()), dtype=torch.float64)
+            rows = list(self._table.unbind(0))
         MONITORING_CALL.active = True
         try:
             self._dist.gather(mine, rows, dst=0, group=self._group)
@@ -202,9 +207,9 @@ class CrossRankReducer:
             return None
         finally:
             MONITORING_CALL.active = False
-        if rows is None:
+        if rows is None or self._table is None:
             return None
-        table = [row.tolist() for row in rows]
+        table = self._table.tolist()
         steps = {row[0] for row in table}
         if len(steps) > 1 and not self._warned_steps:
             self._warned_steps = True
