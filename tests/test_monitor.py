@@ -259,3 +259,13 @@ def test_monitor_repr_and_writers(tmp_path: Path) -> None:
     with trainmon.Monitor(local_config(tmp_path)) as monitor:
         assert [w.kind for w in monitor.writers] == ["tensorboard", "csv", "jsonl"]
         assert "tensorboard,csv,jsonl" in repr(monitor)
+
+
+def test_pairs_and_triples_mixed_in_one_call(tmp_path: Path) -> None:
+    """In one call, pairs land at the monitor's step and triples at their own step."""
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        monitor.step = 5
+        monitor.write_events([("a", 1.0), ("b", 2.0, 7), ("c", 3.0), ("d", True)])
+    journal = journal_values(tmp_path / "job")
+    assert journal == {"a": [(5, 1.0)], "b": [(7, 2.0)], "c": [(5, 3.0)], "d": [(5, 1)]}
+    assert type(journal["d"][0][1]) is int

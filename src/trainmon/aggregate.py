@@ -59,15 +59,6 @@ class _Running:
         self.min: Number = value if finite else math.inf
         self.max: Number = value if finite else -math.inf
 
-    def add(self, value: Number) -> None:
-        self.count += 1
-        self.total += value
-        self.last = value
-        if value < self.min:
-            self.min = value
-        if value > self.max:
-            self.max = value
-
     def freeze(self) -> MetricStats:
         finite = self.min <= self.max
         return MetricStats(
@@ -121,8 +112,14 @@ class WindowAggregator:
                 stat = running.get(name)
                 if stat is None:
                     running[name] = _Running(value)
-                elif value - value == 0:
-                    stat.add(value)
+                elif value - value == 0:  # inlined rather than a method call: runs per value
+                    stat.count += 1
+                    stat.total += value
+                    stat.last = value
+                    if value < stat.min:
+                        stat.min = value
+                    if value > stat.max:
+                        stat.max = value
                 else:  # NaN/Inf: counted and carried into the mean, kept out of min/max
                     stat.count += 1
                     stat.total += value

@@ -22,7 +22,7 @@ from trainmon.events import StepScalars
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
 from trainmon.timing import Timer
-from trainmon.values import PLAIN_TYPES, check_value
+from trainmon.values import NATIVE_TYPES, check_value
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
 
@@ -97,7 +97,7 @@ class Monitor:
             for item in items:
                 if (
                     item[0] not in names
-                    or type(item[1]) not in PLAIN_TYPES
+                    or type(item[1]) not in NATIVE_TYPES
                     or (len(item) != 2 and (len(item) != 3 or type(item[2]) is not int))
                 ):
                     break

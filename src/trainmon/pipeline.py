@@ -286,6 +286,16 @@ class Pipeline:
         current_step: object = None
         values: dict[str, Number] = {}
         for wall_time, default_step, items, special in batch:
+            if not special and len(items[0]) == 2:  # plain numbers, checked by the caller
+                if default_step != current_step:
+                    values = {}
+                    records.append(StepScalars(default_step, wall_time, values))
+                    current_step = default_step
+                try:
+                    values.update(items)  # type: ignore[arg-type]  # pairs, in one C call
+                    continue
+                except ValueError:  # some carry their own step: item by item below
+                    pass
             for item in items:
                 if len(item) == 2:
                     name, value = item
@@ -311,8 +321,6 @@ class Pipeline:
                             value = next(resolved)
                         else:
                             value = plain_number(value)
-                elif type(value) is bool:  # the call-site fast path lets bools through as-is
-                    value = int(value)
                 values[name] = value
         return [record for record in records if record.values]
 

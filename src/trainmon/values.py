@@ -19,6 +19,9 @@ from trainmon.logging import get_logger
 _log = get_logger("values")
 
 PLAIN_TYPES = frozenset({float, int, bool})
+#: What the call-site fast path passes through untouched: the background can store these as
+#: they are (bools take the checked path and become 0/1).
+NATIVE_TYPES = frozenset({float, int})
 
 
 class Deferred(abc.ABC):
