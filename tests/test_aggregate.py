@@ -122,3 +122,23 @@ def test_console_prints_at_window_ends(tmp_path: Path, capsys) -> None:  # type:
             monitor.write_events([("train/loss", 1.0, step)])
     out = capsys.readouterr().out.splitlines()
     assert out == ["step 50 | loss 1", "step 100 | loss 1"]
+
+
+def test_long_windows_fold_without_changing_the_statistics() -> None:
+    """A window longer than the in-memory fold size gives the same count/mean/min/max/last."""
+    values = [math.cos(s) * s for s in range(1, 3001)]
+    aggregator = WindowAggregator(5000)
+    aggregator.add([StepScalars(s, 0.0, {"x": values[s - 1], "n": s}) for s in range(1, 3001)])
+    window = aggregator.close()
+    assert window is not None
+    x, n = window.metrics["x"], window.metrics["n"]
+    assert (x.count, x.min, x.max, x.last) == (3000, min(values), max(values), values[-1])
+    assert math.isclose(x.mean, statistics.fmean(values), rel_tol=1e-12, abs_tol=1e-9)
+    assert (n.count, n.min, n.max, n.last, n.mean) == (3000, 1, 3000, 3000, 1500.5)
+    aggregator.add(
+        [StepScalars(s, 0.0, {"y": math.inf if s == 10 else 1.0}) for s in range(1, 3001)]
+    )
+    window = aggregator.close()
+    assert window is not None
+    y = window.metrics["y"]
+    assert (y.count, y.min, y.max, y.mean) == (3000, 1.0, 1.0, math.inf)

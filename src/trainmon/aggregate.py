@@ -46,18 +46,33 @@ class WindowStats:
         )
 
 
-class _Running:
-    """Mutable accumulator for one metric (kept off the public surface)."""
+#: Values kept per metric before they are folded into a partial summary: bounds the memory of
+#: a long (time-based) window while keeping the per-value cost to one list append.
+_FOLD_AT = 1024
+
+
+class _Partial:
+    """count/total/min/max/last of the values folded so far (kept off the public surface)."""
 
     __slots__ = ("count", "last", "max", "min", "total")
 
-    def __init__(self, value: Number) -> None:
-        self.count = 1
-        self.total = value
-        self.last = value
-        finite = value - value == 0
-        self.min: Number = value if finite else math.inf
-        self.max: Number = value if finite else -math.inf
+    def __init__(self, values: list[Number]) -> None:
+        self.count = len(values)
+        self.total = sum(values)
+        self.last = values[-1]
+        if self.total - self.total == 0:  # every value finite: min/max in C
+            self.min, self.max = min(values), max(values)
+        else:  # NaN/Inf count and poison the mean, but stay out of min/max
+            finite = [v for v in values if v - v == 0]
+            self.min = min(finite) if finite else math.inf
+            self.max = max(finite) if finite else -math.inf
+
+    def merge(self, later: _Partial) -> None:
+        self.count += later.count
+        self.total += later.total
+        self.last = later.last
+        self.min = min(self.min, later.min)
+        self.max = max(self.max, later.max)
 
     def freeze(self) -> MetricStats:
         finite = self.min <= self.max
@@ -77,7 +92,8 @@ class WindowAggregator:
         self.window_steps = window_steps
         self.window_seconds = window_seconds
         self._window_id: int | None = None
-        self._running: dict[str, _Running] = {}
+        self._pending: dict[str, list[Number]] = {}
+        self._folded: dict[str, _Partial] = {}
         self._first_step = 0
         self._last_step = 0
         self._start_time = 0.0
@@ -107,24 +123,25 @@ class WindowAggregator:
                 self._start_time = record.wall_time
             self._last_step = record.step
             self._end_time = record.wall_time
-            running = self._running
-            for name, value in record.values.items():
-                stat = running.get(name)
-                if stat is None:
-                    running[name] = _Running(value)
-                elif value - value == 0:  # inlined rather than a method call: runs per value
-                    stat.count += 1
-                    stat.total += value
-                    stat.last = value
-                    if value < stat.min:
-                        stat.min = value
-                    if value > stat.max:
-                        stat.max = value
-                else:  # NaN/Inf: counted and carried into the mean, kept out of min/max
-                    stat.count += 1
-                    stat.total += value
-                    stat.last = value
+            pending = self._pending
+            for name, value in record.values.items():  # runs per value: one append
+                values = pending.get(name)
+                if values is None:
+                    pending[name] = [value]
+                else:
+                    values.append(value)
+                    if len(values) >= _FOLD_AT:
+                        self._fold(name, values)
         return done
+
+    def _fold(self, name: str, values: list[Number]) -> None:
+        partial = _Partial(values)
+        values.clear()
+        earlier = self._folded.get(name)
+        if earlier is None:
+            self._folded[name] = partial
+        else:
+            earlier.merge(partial)
 
     def close_if_complete(self, now: float) -> WindowStats | None:
         """Close the open window when it has reached its last step (or its time is up)."""
@@ -143,14 +160,22 @@ class WindowAggregator:
         return self._close() if self._window_id is not None else None
 
     def _close(self) -> WindowStats:
+        metrics: dict[str, MetricStats] = {}
+        folded = self._folded
+        for name, values in self._pending.items():  # first-seen order
+            partial = folded.get(name)
+            if values:
+                if partial is None:
+                    partial = _Partial(values)
+                else:
+                    partial.merge(_Partial(values))
+            if partial is not None:
+                metrics[name] = partial.freeze()
         stats = WindowStats(
-            self._first_step,
-            self._last_step,
-            self._start_time,
-            self._end_time,
-            {name: running.freeze() for name, running in self._running.items()},
+            self._first_step, self._last_step, self._start_time, self._end_time, metrics
         )
-        self._running = {}
+        self._pending = {}
+        self._folded = {}
         self._window_id = None
         self._closed_step = self._last_step
         return stats
