@@ -30,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-bash scripts/setup.sh "torch,tensorboard,wandb,mlflow,deepspeed,transformers,lightning,accelerate,dev"
+bash scripts/setup.sh "torch,tensorboard,wandb,mlflow,comet,deepspeed,transformers,lightning,accelerate,dev"
 # DeepSpeed on the CPU: its accelerator, and the small op it JIT-builds once (cached in the venv)
 export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
 .venv/bin/ruff check src tests benchmarks scripts

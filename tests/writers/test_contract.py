@@ -325,23 +325,28 @@ def _mlflow(folder: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
 
 
 def _comet(folder: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
-    from test_comet import _fake_module
+    pytest.importorskip("comet_ml")
+    from comet_offline import QUIET_ENV, only_experiment
 
     from trainmon.writers.comet import CometWriter
 
-    state = _fake_module()
+    offline = folder / "comet-offline"
+    offline.mkdir()
 
     def read(_: Writer) -> History:
-        history: History = {}
-        for step, values in state.experiment.logged:
-            assert step is not None
-            history.setdefault(step, {}).update({k: float(v) for k, v in values.items()})
-        return history
+        return {
+            step: values
+            for step, values in only_experiment(offline).logged().items()
+            if step is not None
+        }
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "comet_ml", state.module)
-        section = CometConfig(enabled=True, samples_log_interval=0)
-        yield Harness(lambda: CometWriter(section), read)
+        mp.delenv("COMET_API_KEY", raising=False)
+        for key, value in {**QUIET_ENV, "COMET_OFFLINE_DIRECTORY": str(offline)}.items():
+            mp.setenv(key, value)
+        section = CometConfig(enabled=True, online=False, samples_log_interval=0)
+        # Comet archives an offline experiment when it ends: readable after close only
+        yield Harness(lambda: CometWriter(section), read, visible_after_flush=False)
 
 
 class MemoryWriter(Writer):
@@ -395,7 +400,7 @@ HARNESSES: dict[str, Callable[[Path, pytest.FixtureRequest], Iterator[Harness]]]
 
 
 #: Backends whose harness starts a server process: slow, like the other real-server tests.
-SLOW = {"pushgateway"}
+SLOW = {"pushgateway", "comet"}
 
 
 @pytest.fixture(

@@ -14,14 +14,11 @@ nothing to do and :meth:`close` ends the experiment (``end()`` waits for the upl
 
 Offline: ``online: false`` (or Comet's own ``COMET_ONLINE=false``) makes Comet write the
 experiment into its offline folder (``COMET_OFFLINE_DIRECTORY``) as a zip to send later with
-``comet upload``. trainmon does not promise more than Comet does about the network there: some
-parts of the SDK still reach for it (``mode: "get"`` continues an experiment that lives on the
-server), which is why the tests use a fake ``comet_ml`` that records calls. When an online
-start fails (no API key, no network) and neither ``online`` nor ``mode: "get"`` is set, the
-writer warns once and starts offline instead, as the W&B writer does; with ``online`` set the
-error disables this writer only (reported once at start-up). An error inside Comet while
-logging is reported once by :class:`~trainmon.writers.WriterGroup`, and this writer stops
-calling Comet.
+``comet upload``; the tests read that zip back. When an online start fails (no API key, no
+network) and neither ``online`` nor ``mode: "get"`` is set, the writer warns once and starts
+offline instead, as the W&B writer does; with ``online`` set the error disables this writer
+only. An error inside Comet while logging is reported once by the writer group, and this
+writer stops calling Comet.
 """
 
 from __future__ import annotations
@@ -147,7 +144,7 @@ def _start(comet_ml: ModuleType, section: CometConfig) -> Any:
     kwargs: dict[str, Any] = {
         "api_key": section.api_key,
         "workspace": section.workspace,
-        _project_keyword(comet_ml): section.project,
+        project_keyword(comet_ml): section.project,
         "experiment_key": section.experiment_key,
         "mode": section.mode,
         "online": section.online,
@@ -169,7 +166,7 @@ def _start(comet_ml: ModuleType, section: CometConfig) -> Any:
         return experiment
 
 
-def _project_keyword(comet_ml: ModuleType) -> str:
+def project_keyword(comet_ml: ModuleType) -> str:
     """``project_name`` where ``comet_ml.start`` takes it (newer SDKs), else ``project``."""
     try:
         parameters = inspect.signature(comet_ml.start).parameters
