@@ -144,9 +144,6 @@ def _key_figures(s: RunSummary) -> list[str]:
             [part.label, f"{number(part.mean_ms)} ms", percent(part.percent)]
             for part in s.breakdown
         ]
-        if s.step_time_ms and s.breakdown:
-            rest = s.step_time_ms - sum(p.mean_ms for p in s.breakdown)
-            rows.append(["other", f"{number(rest)} ms", percent(100 * rest / s.step_time_ms)])
         if rows:
             out += table(rows, [False, True, True], indent="  " + " " * 13)
     if s.throughput:
