@@ -141,7 +141,11 @@ class WindowAggregator:
             self._last_step = record.step
             self._end_time = record.wall_time
             pending = self._pending
-            for name, value in record.values.items():  # runs per value: one append
+            values_of = record.values
+            time_ms = values_of.get(STEP_TIME_METRIC)
+            if time_ms is not None:  # kept for rates logged apart at the same step
+                self._timed_step, self._step_time = record.step, time_ms
+            for name, value in values_of.items():  # runs per value: one append
                 values = pending.get(name)
                 if values is None:
                     pending[name] = [value]
@@ -152,7 +156,7 @@ class WindowAggregator:
                     if len(values) >= _FOLD_AT:
                         self._fold(name, values)
             if self._rates:
-                self._weigh(record)
+                self._weigh(record, time_ms)
         return done
 
     def _learn(self, name: str) -> None:
@@ -162,16 +166,13 @@ class WindowAggregator:
         if rate:
             self._rates = (*self._rates, name)
 
-    def _weigh(self, record: StepScalars) -> None:
+    def _weigh(self, record: StepScalars, time_ms: Number | None) -> None:
         """Add the record's rates, times the step time of the same step, to the window's sums."""
         values = record.values
-        time_ms = values.get(STEP_TIME_METRIC)
-        if time_ms is not None:
-            self._timed_step, self._step_time = record.step, time_ms
-        elif record.step == self._timed_step:  # rates logged apart from the step time
-            time_ms = self._step_time
-        else:
-            return
+        if time_ms is None:
+            if record.step != self._timed_step:
+                return
+            time_ms = self._step_time  # rates logged apart from the step time
         if not 0 < time_ms < math.inf:
             return
         weighted = self._weighted

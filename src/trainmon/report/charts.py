@@ -128,31 +128,28 @@ class _Planner:
             columns = [s for _, s in parts] + ([total] if total is not None else [])
             self.consumed.update(s.name for s in columns)
             x, values, maxima, downsampled = self._align(columns)
-            stack = {
+            stacked_parts: list[dict[str, Any]] = [
+                {
+                    "label": label,
+                    "metric": s.name,
+                    "color": BREAKDOWN_COLORS[i % len(BREAKDOWN_COLORS)],
+                    "values": values[i],
+                }
+                for i, (label, s) in enumerate(parts)
+            ]
+            if total is not None and parts:
+                other = self._other(values[-1], values[:-1])
+                stacked_parts.append(
+                    {"label": OTHER, "metric": "", "color": OTHER_COLOR, "values": other}
+                )
+            stack: dict[str, Any] = {
                 "run": index,
                 "x": x,
-                "parts": [
-                    {
-                        "label": label,
-                        "metric": s.name,
-                        "color": BREAKDOWN_COLORS[i % len(BREAKDOWN_COLORS)],
-                        "values": values[i],
-                    }
-                    for i, (label, s) in enumerate(parts)
-                ],
+                "parts": stacked_parts,
                 "total": None,
                 "totalMax": None,
             }
             if total is not None:
-                if parts:
-                    stack["parts"].append(
-                        {
-                            "label": OTHER,
-                            "metric": "",
-                            "color": OTHER_COLOR,
-                            "values": self._other(values[-1], values[:-1]),
-                        }
-                    )
                 stack["total"] = {"label": "step time", "metric": total.name, "values": values[-1]}
                 if downsampled:
                     stack["totalMax"] = {

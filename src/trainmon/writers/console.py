@@ -1,7 +1,7 @@
 """Progress lines: at the end of every window (``steps_per_print`` steps), one readable line.
 
-``step 500/2000 | loss 2.314 | lr 3e-04 | grad_norm 0.82 | 157.3 samples/s |
-step 101.7 ms (fwd 96.1 · bwd 2.3 · opt 1.1 · data 0.4 · other 1.8) | mem 1.2 GB (peak 1.9 GB)``
+``step 20/40 | loss 0.3292 | lr 5.714e-04 | grad_norm 1.141 | 157.8 samples/s |
+step 101.4 ms (fwd 100.6 · bwd 0.3 · opt 0.4 · data 0.0 · other 0.1) | mem 310.1 MB (peak 310.1 MB)``
 
 Known metrics get a short label and the statistic that reads best (the window's mean for
 times, and for rates the window's work over its elapsed time; last for the learning rate and
@@ -96,7 +96,11 @@ def _pick(metrics: Mapping[str, MetricStats], name: str, stat: str = "mean") -> 
 def _breakdown(
     step_ms: float | None, pieces: Sequence[tuple[str, float]]
 ) -> tuple[str, str] | None:
-    """``("step 33.1 ms", "fwd 9.8 · ... · other 0.2")``; seconds from a 1,000 ms step on."""
+    """``("step 33.1 ms", "fwd 9.8 · ... · other 0.2")``; seconds from a 1,000 ms step on.
+
+    The parts are given to the step time's last digit, so they line up with it and tiny parts
+    read ``0.0`` rather than ``0.008201``.
+    """
     if step_ms is None and not pieces:
         return None
     scale, unit = (1e-3, "s") if step_ms is not None and step_ms >= 1000 else (1.0, "ms")
@@ -105,10 +109,22 @@ def _breakdown(
         other = step_ms - math.fsum(v for _, v in pieces)
         if math.isfinite(other):  # never below 0; rounding noise is 0
             shown.append(("other", other if other > 1e-9 * step_ms else 0.0))
-    text = " · ".join(f"{label} {format_value(v * scale)}" for label, v in shown)
-    if step_ms is None:
-        return f"time {unit}", text
-    return f"step {format_value(step_ms * scale)} {unit}", text
+    if step_ms is None or not math.isfinite(step_ms):
+        text = " · ".join(f"{label} {format_value(v * scale)}" for label, v in shown)
+        head = f"time {unit}" if step_ms is None else f"step {format_value(step_ms)} {unit}"
+        return head, text
+    step_text = format_value(step_ms * scale)
+    fraction = step_text.partition(".")[2]
+    decimals = len(fraction) if fraction.isdigit() else 0
+    text = " · ".join(f"{label} {_to_decimals(v * scale, decimals)}" for label, v in shown)
+    return f"step {step_text} {unit}", text
+
+
+def _to_decimals(value: float, decimals: int) -> str:
+    """A part of the step to the step's own last digit (``0.3712`` -> ``0.4`` next to 101.8)."""
+    if not math.isfinite(value) or abs(value) >= 1e4:
+        return format_value(value)
+    return f"{value:.{decimals}f}"
 
 
 def format_window(
