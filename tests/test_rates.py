@@ -251,7 +251,8 @@ class SleepyModel(torch.nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         time.sleep(SLEEPS_S[self.calls % 2])
-        return self.linear(inputs).pow(2).mean()
+        loss: torch.Tensor = self.linear(inputs).pow(2).mean()
+        return loss
 
 
 @pytest.mark.slow
