@@ -1,7 +1,8 @@
 """Progress lines: at the end of every window (``steps_per_print`` steps), one readable line.
 
-``step 20/40 | loss 0.3292 | lr 5.714e-04 | grad_norm 1.141 | 157.8 samples/s |
-step 101.4 ms (fwd 100.6 · bwd 0.3 · opt 0.4 · data 0.0 · other 0.1) | mem 310.1 MB (peak 310.1 MB)``
+``step 100/300 | loss 0.05105 | lr 0.002143 | grad_norm 0.2203 | 971.8 samples/s |
+step 65.85 ms (fwd 21.55 · bwd 36.58 · opt 5.80 · data 1.49 · other 0.44) | mem 315.3 MB
+(peak 315.3 MB)``
 
 Known metrics get a short label and the statistic that reads best (the window's mean for
 times, and for rates the window's work over its elapsed time; last for the learning rate and
