@@ -7,6 +7,12 @@ the background thread finds it idle on its last step, or when the monitor closes
 
 ``mean`` is NaN (or ±Inf) when any value in the window was; ``min`` and ``max`` are taken over
 the finite values only (they are the last value when none was finite).
+
+For a rate metric (:func:`trainmon.throughput.is_rate`: samples, tokens, TFLOPS, MFU, any
+``*_per_sec``) ``mean`` is the window's rate, work over elapsed time: each value weighted by the
+``perf/step_time_ms`` logged at the same step, ``Σ(rate·time) / Σtime``. Values at steps without
+a (finite, positive) step time are left out of that; a window where no value has one keeps the
+plain mean. ``min``, ``max`` and ``last`` stay per-step values.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trainmon.events import Number, StepScalars
+from trainmon.throughput import STEP_TIME_METRIC, is_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +31,7 @@ class MetricStats:
 
     count: int
     mean: float
+    """The plain mean; for a rate metric the window's work over time (see the module doc)."""
     min: Number
     max: Number
     last: Number
@@ -74,11 +82,14 @@ class _Partial:
         self.min = min(self.min, later.min)
         self.max = max(self.max, later.max)
 
-    def freeze(self) -> MetricStats:
+    def freeze(self, weighted: list[float] | None = None) -> MetricStats:
         finite = self.min <= self.max
+        mean = self.total / self.count
+        if weighted is not None and weighted[1] > 0 and mean - mean == 0:
+            mean = weighted[0] / weighted[1]  # a rate: Σ(rate·time) / Σtime
         return MetricStats(
             self.count,
-            self.total / self.count,
+            mean,
             self.min if finite else self.last,
             self.max if finite else self.last,
             self.last,
@@ -94,6 +105,12 @@ class WindowAggregator:
         self._window_id: int | None = None
         self._pending: dict[str, list[Number]] = {}
         self._folded: dict[str, _Partial] = {}
+        # rate metrics: [Σ rate·step_time, Σ step_time] of this window, and every rate name seen
+        self._weighted: dict[str, list[float]] = {}
+        self._is_rate: dict[str, bool] = {}
+        self._rates: tuple[str, ...] = ()
+        self._timed_step: int | None = None
+        self._step_time = 0.0
         self._first_step = 0
         self._last_step = 0
         self._start_time = 0.0
@@ -124,15 +141,50 @@ class WindowAggregator:
             self._last_step = record.step
             self._end_time = record.wall_time
             pending = self._pending
-            for name, value in record.values.items():  # runs per value: one append
+            values_of = record.values
+            time_ms = values_of.get(STEP_TIME_METRIC)
+            if time_ms is not None:  # kept for rates logged apart at the same step
+                self._timed_step, self._step_time = record.step, time_ms
+            for name, value in values_of.items():  # runs per value: one append
                 values = pending.get(name)
                 if values is None:
                     pending[name] = [value]
+                    if name not in self._is_rate:
+                        self._learn(name)
                 else:
                     values.append(value)
                     if len(values) >= _FOLD_AT:
                         self._fold(name, values)
+            if self._rates:
+                self._weigh(record, time_ms)
         return done
+
+    def _learn(self, name: str) -> None:
+        """Note once per name whether it is a rate (to be weighted by the step time)."""
+        rate = is_rate(name)
+        self._is_rate[name] = rate
+        if rate:
+            self._rates = (*self._rates, name)
+
+    def _weigh(self, record: StepScalars, time_ms: Number | None) -> None:
+        """Add the record's rates, times the step time of the same step, to the window's sums."""
+        values = record.values
+        if time_ms is None:
+            if record.step != self._timed_step:
+                return
+            time_ms = self._step_time  # rates logged apart from the step time
+        if not 0 < time_ms < math.inf:
+            return
+        weighted = self._weighted
+        for name in self._rates:
+            rate = values.get(name)
+            if rate is not None:
+                sums = weighted.get(name)
+                if sums is None:
+                    weighted[name] = [rate * time_ms, time_ms]
+                else:
+                    sums[0] += rate * time_ms
+                    sums[1] += time_ms
 
     def _fold(self, name: str, values: list[Number]) -> None:
         partial = _Partial(values)
@@ -162,6 +214,7 @@ class WindowAggregator:
     def _close(self) -> WindowStats:
         metrics: dict[str, MetricStats] = {}
         folded = self._folded
+        weighted = self._weighted
         for name, values in self._pending.items():  # first-seen order
             partial = folded.get(name)
             if values:
@@ -170,12 +223,13 @@ class WindowAggregator:
                 else:
                     partial.merge(_Partial(values))
             if partial is not None:
-                metrics[name] = partial.freeze()
+                metrics[name] = partial.freeze(weighted.get(name))
         stats = WindowStats(
             self._first_step, self._last_step, self._start_time, self._end_time, metrics
         )
         self._pending = {}
         self._folded = {}
+        self._weighted = {}
         self._window_id = None
         self._closed_step = self._last_step
         return stats

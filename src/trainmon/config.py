@@ -346,7 +346,9 @@ class AlertRuleConfig:
         default=None,
     )
     severity: Literal["info", "warning", "critical"] = _doc(
-        "How urgent the alert is.", default="warning"
+        "How urgent the alert is; when not given, critical for a non_finite rule on a loss "
+        "(see default_severity), else warning.",
+        default="warning",
     )
     action: Literal["alert", "stop"] = _doc(
         'Only alert, or also ask training to stop ("stop": TrainingStopped at the next step).',
@@ -356,6 +358,19 @@ class AlertRuleConfig:
         "While the condition lasts, send the alert again after this many seconds.", default=300.0
     )
     labels: dict[str, str] = _doc("Extra labels copied into every alert.", default_factory=dict)
+
+
+def default_severity(kind: str, metric: str | None) -> Literal["warning", "critical"]:
+    """A rule's severity when it names none: ``critical`` for ``non_finite`` on a loss.
+
+    A NaN or infinite loss (``train/loss``, ``eval/loss``, ``train/lm_loss``; not
+    ``train/loss_scale``) means the weights are about to be, or already are, ruined;
+    everything else defaults to ``warning``.
+    """
+    last = (metric or "").rsplit("/", 1)[-1].lower()
+    if kind == "non_finite" and "loss" in last and "scale" not in last:
+        return "critical"
+    return "warning"
 
 
 _RULE_COMMON = ("name", "kind", "severity", "action", "cooldown_s", "labels")
@@ -458,6 +473,8 @@ def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
             continue
         expected = _without_null(_field_type(AlertRuleConfig, key))
         kwargs[key] = _convert(value, expected, f"{path}.{key}", where)
+    if "severity" not in kwargs:
+        kwargs["severity"] = default_severity(kind, kwargs.get("metric"))
     _check_rule_ranges(kwargs, path, where)
     return AlertRuleConfig(**kwargs)
 

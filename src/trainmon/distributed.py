@@ -20,6 +20,7 @@ from typing import Any
 from trainmon.aggregate import WindowStats
 from trainmon.events import Number
 from trainmon.logging import get_logger
+from trainmon.throughput import STEP_TIME_METRIC
 
 _log = get_logger("distributed")
 
@@ -92,11 +93,32 @@ REDUCED_METRICS: tuple[tuple[str, str], ...] = (
     ("mem/rss_mb", "last"),
     ("mem/peak_rss_mb", "max"),
 )
-#: Sums over ranks: the job's measured throughput.
+#: The job's throughput: every rank's work over the window's wall time (see :func:`job_rate`).
 JOB_TOTALS = (
     ("perf/samples_per_sec", "perf/job_samples_per_sec"),
     ("perf/tokens_per_sec", "perf/job_tokens_per_sec"),
 )
+
+
+def elapsed_ms(stats: Mapping[str, Any]) -> float:
+    """A rank's time over a window: the sum of its step times (NaN without a step time)."""
+    step = stats.get(STEP_TIME_METRIC)
+    return math.nan if step is None else float(step.mean) * step.count
+
+
+def job_rate(rates: Sequence[float], elapsed: Sequence[float]) -> float:
+    """The job's rate over a window from each rank's window rate and elapsed time.
+
+    A rank's work is its rate times its elapsed time (its window rate is work over time, see
+    :mod:`trainmon.throughput`); the window's wall time is the slowest rank's elapsed time. So
+    the job's rate is the total work over that, never a sum of per-step means. Ranks without
+    a rate are left out; without any elapsed time the rates are summed (same wall time assumed).
+    """
+    pairs = [(r, t) for r, t in zip(rates, elapsed, strict=True) if r == r]
+    timed = [(r, t) for r, t in pairs if 0 < t < math.inf]
+    if timed and len(timed) == len(pairs):
+        return math.fsum(r * t for r, t in timed) / max(t for _, t in timed)
+    return math.fsum(r for r, _ in pairs)
 
 
 def busy_ms(stats: Mapping[str, Any]) -> float:
@@ -114,12 +136,13 @@ def busy_ms(stats: Mapping[str, Any]) -> float:
 
 
 def pack_window(window: WindowStats) -> list[float]:
-    """One rank's row: [last_step, busy_ms, each REDUCED_METRICS statistic or NaN]."""
+    """One rank's row: [last_step, busy_ms, each REDUCED_METRICS statistic or NaN, elapsed_ms]."""
     metrics = window.metrics
     row = [float(window.last_step), busy_ms(metrics)]
     for name, stat in REDUCED_METRICS:
         found = metrics.get(name)
         row.append(math.nan if found is None else float(getattr(found, stat)))
+    row.append(elapsed_ms(metrics))
     return row
 
 
@@ -127,11 +150,12 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
     """Cross-rank metrics from every rank's row (row index = rank).
 
     ``<name>/min``, ``<name>/mean``, ``<name>/max`` and ``<name>/argmax_rank`` for each metric
-    some rank reported; ``perf/job_*`` sums; ``perf/straggler_ratio`` (slowest rank's busy time
-    over the median rank's, the lower median for an even count, so with two ranks it is slow
-    over fast) and ``perf/slowest_rank``.
+    some rank reported; ``perf/job_*`` rates (:func:`job_rate`); ``perf/straggler_ratio``
+    (slowest rank's busy time over the median rank's, the lower median for an even count, so
+    with two ranks it is slow over fast) and ``perf/slowest_rank``.
     """
     out: dict[str, Number] = {}
+    elapsed = [row[-1] for row in rows]
     for column, (name, _) in enumerate(REDUCED_METRICS, start=2):
         present = [
             (row[column], rank) for rank, row in enumerate(rows) if row[column] == row[column]
@@ -146,7 +170,7 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
         out[f"{name}/argmax_rank"] = top_rank
         for source, total in JOB_TOTALS:
             if source == name:
-                out[total] = sum(values)
+                out[total] = job_rate([row[column] for row in rows], elapsed)
     busy = [(row[1], rank) for rank, row in enumerate(rows) if row[1] == row[1]]
     if busy:
         median = statistics.median_low(v for v, _ in busy)  # 2 ranks: slow over fast

@@ -13,7 +13,9 @@ Schema version 1, one JSON object per line, append-only:
 * ``{"v": 1, "kind": "window", "first_step": int, "last_step": int, "start_time": <unix s>,
   "end_time": <unix s>, "stats": {name: {"count": int, "mean": n, "min": n, "max": n,
   "last": n}}}`` — the aggregate of one window (``steps_per_print`` steps by default), written
-  after that window's ``scalars`` lines.
+  after that window's ``scalars`` lines. For a rate metric (``perf/samples_per_sec``, any
+  ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
+  :mod:`trainmon.aggregate`).
 
 Readers must skip kinds they do not know; later versions only add kinds and keys.
 """

@@ -147,6 +147,23 @@ def test_non_finite_loss_fires_on_nan_and_inf_and_resolves(tmp_path: Path) -> No
     assert_filed_like_callbacks(seen)
 
 
+def test_a_non_finite_loss_rule_is_critical_unless_it_says_otherwise(tmp_path: Path) -> None:
+    """A non_finite rule on train/loss with no severity fires as critical (in the callback and
+    alerts.jsonl); one on the gradient norm stays a warning, and a severity given is kept."""
+    rules = [
+        {"name": "loss-nan", "metric": "train/loss", "kind": "non_finite"},
+        {"name": "norm-nan", "metric": "train/grad_norm", "kind": "non_finite"},
+        {"name": "eval-nan", "metric": "eval/loss", "kind": "non_finite", "severity": "info"},
+    ]
+    nan = {"train/loss": math.nan, "train/grad_norm": math.nan, "eval/loss": math.nan}
+    steps = {1: {"train/loss": 1.0, "train/grad_norm": 1.0, "eval/loss": 1.0}, 2: nan}
+    seen = run(tmp_path, rules, steps)
+    severity = {a.rule: a.severity for a in seen.alerts}
+    assert severity == {"loss-nan": "critical", "norm-nan": "warning", "eval-nan": "info"}
+    if SINKS_AVAILABLE:
+        assert {a["rule"]: a["severity"] for a in seen.filed} == severity
+
+
 def test_loss_spike_against_the_rolling_median(tmp_path: Path) -> None:
     """A loss 5x its rolling median fires at that step, with the baseline in the details."""
     losses = {s: 2.0 + 0.01 * (s % 3) for s in range(1, 41)}

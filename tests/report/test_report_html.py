@@ -91,7 +91,7 @@ def test_one_section_per_family_with_sensible_charts() -> None:
     by_title = {c["title"]: c for c in charts}
     stacked = by_title["step time breakdown"]
     assert stacked["kind"] == "stacked" and stacked["family"] == "perf"
-    assert [p["label"] for p in stacked["stack"]["parts"]] == ["forward", "backward"]
+    assert [p["label"] for p in stacked["stack"]["parts"]] == ["forward", "backward", "other"]
     assert stacked["stack"]["total"]["metric"] == "perf/step_time_ms"
     memory = by_title["memory (MB)"]
     assert {s["metric"] for s in memory["series"]} == {"mem/allocated_mb", "mem/peak_allocated_mb"}
@@ -107,6 +107,26 @@ def test_one_section_per_family_with_sensible_charts() -> None:
     assert {"train/loss", "train/lr", "train/grad_norm", "custom_metric"} <= drawn
     for chart in charts:
         assert f'id="{chart["id"]}"' in page
+
+
+def test_the_breakdown_shows_the_time_outside_the_parts_as_other() -> None:
+    """The stacked chart and the overview end the breakdown with "other": per step the step
+    time the parts leave uncovered (the 3 ms this run adds), 0 where the parts exceed the step."""
+    forward = [10.0, 12.0, 11.0, 30.0]
+    backward = [20.0, 21.0, 22.0, 40.0]
+    extra = [3.0, 3.0, 3.0, -5.0]  # the last step's parts add up to more than the step
+    step = [f + b + e for f, b, e in zip(forward, backward, extra, strict=True)]
+    run = synthetic(
+        "run",
+        {"perf/step_time_ms": step, "perf/forward_ms": forward, "perf/backward_ms": backward},
+    )
+    page = render_report([run])
+    stacked = next(c for c in payload(page)["charts"] if c["kind"] == "stacked")
+    other = stacked["stack"]["parts"][-1]
+    assert other["label"] == "other"
+    assert other["values"] == pytest.approx([3.0, 3.0, 3.0, 0.0])
+    share = 100 * (sum(step) - sum(forward) - sum(backward)) / sum(step)
+    assert f"other {share:.1f}%" in page
 
 
 def test_several_runs_overlay_with_a_legend_and_disjoint_metrics_still_chart() -> None:

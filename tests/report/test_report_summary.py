@@ -25,6 +25,7 @@ PARTS = {
     "data": "perf/data_ms",
 }
 WINDOW = 25
+SAMPLES_PER_STEP = 64
 
 Logged = dict[str, list[tuple[int, float]]]
 TwoRuns = tuple[Path, Logged, Path, Logged]
@@ -57,7 +58,7 @@ def build_run(folder: Path, job: str, steps: int, seed: int, slow: float = 1.0) 
                 "train/lr": 1e-3 * min(1.0, step / 20),
                 "train/grad_norm": 1.0 + rng.random(),
                 "perf/step_time_ms": step_ms,
-                "perf/samples_per_sec": 64_000.0 / step_ms,
+                "perf/samples_per_sec": SAMPLES_PER_STEP * 1000.0 / step_ms,
                 "mem/allocated_mb": 2000.0 + 10 * (step % 7),
                 "mem/peak_allocated_mb": 2100.0 + step,
                 **parts,
@@ -110,6 +111,12 @@ def finite(values: list[tuple[int, float]]) -> list[float]:
     return [v for _, v in values if math.isfinite(v)]
 
 
+def samples_per_second(logged: Logged) -> float:
+    """The run's throughput as counted: samples of every step over the sum of step times."""
+    steps = len(logged["perf/step_time_ms"])
+    return SAMPLES_PER_STEP * steps / (math.fsum(finite(logged["perf/step_time_ms"])) / 1000)
+
+
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> TwoRuns:
     """Run A (120 steps) and run B (100 steps, 1.5x slower), each with alerts."""
@@ -145,7 +152,10 @@ def test_every_metric_statistic_matches_the_logged_values(two_runs: TwoRuns) -> 
         assert m.nonfinite == len(values) - len(good)
         assert m.first_step == values[0][0] and m.last_step == values[-1][0]
         assert m.min == min(good) and m.max == max(good)
-        assert m.mean == pytest.approx(statistics.fmean(good), rel=1e-12)
+        if name == "perf/samples_per_sec":  # a rate: samples over time, not a mean of rates
+            assert m.mean == pytest.approx(samples_per_second(logged), rel=1e-12)
+        else:
+            assert m.mean == pytest.approx(statistics.fmean(good), rel=1e-12)
         assert m.last == values[-1][1]
     assert summary.metric("train/grad_norm").nonfinite == 1  # type: ignore[union-attr]
 
@@ -165,13 +175,19 @@ def test_key_figures_match_independent_computation(two_runs: TwoRuns) -> None:
     assert s.loss["mean"] == pytest.approx(mean("train/loss"), rel=1e-12)
     assert s.step_time_ms == pytest.approx(mean("perf/step_time_ms"), rel=1e-12)
     shares = {p.label: p.percent for p in s.breakdown}
-    assert list(shares) == list(PARTS)
+    assert list(shares) == [*PARTS, "other"]
     for label, metric in PARTS.items():
         expected = 100 * mean(metric) / mean("perf/step_time_ms")
         assert shares[label] == pytest.approx(expected, rel=1e-9)
-    assert sum(shares.values()) < 100  # the rest is time outside the named parts
+    unnamed = statistics.fmean(  # the time the loop added outside the named parts
+        step_ms - math.fsum(logged[metric][i][1] for metric in PARTS.values())
+        for i, (_, step_ms) in enumerate(logged["perf/step_time_ms"])
+    )
+    other = s.breakdown[-1]
+    assert other.metric == "" and other.mean_ms == pytest.approx(unnamed, rel=1e-9)
+    assert sum(shares.values()) == pytest.approx(100)
     throughput = {f.label: f.value for f in s.throughput}
-    assert throughput["samples/s"] == pytest.approx(mean("perf/samples_per_sec"), rel=1e-12)
+    assert throughput["samples/s"] == pytest.approx(samples_per_second(logged), rel=1e-12)
     assert s.peak_memory is not None
     assert s.peak_memory.metric == "mem/peak_allocated_mb"
     assert s.peak_memory.value == max(finite(logged["mem/peak_allocated_mb"]))
@@ -235,10 +251,7 @@ def test_compare_gives_both_runs_and_the_relative_change(
     expected = {
         "final loss": (logged_a["train/loss"][-1][1], logged_b["train/loss"][-1][1]),
         "mean loss": (mean(logged_a, "train/loss"), mean(logged_b, "train/loss")),
-        "samples/s": (
-            mean(logged_a, "perf/samples_per_sec"),
-            mean(logged_b, "perf/samples_per_sec"),
-        ),
+        "samples/s": (samples_per_second(logged_a), samples_per_second(logged_b)),
         "step time": (mean(logged_a, "perf/step_time_ms"), mean(logged_b, "perf/step_time_ms")),
         "backward": (mean(logged_a, "perf/backward_ms"), mean(logged_b, "perf/backward_ms")),
         "peak memory": (

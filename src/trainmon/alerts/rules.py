@@ -21,8 +21,9 @@ naming ``alerts.rules[i]``, the rule's name and the key)::
 
 Keys of every rule: ``name`` (required, unique; the rule also writes the metric
 ``alerts/<name>``), ``kind`` (default ``threshold`` when ``op`` is given, else required),
-``metric`` (required, except for ``stall``), ``severity`` (``info`` / ``warning`` (default) /
-``critical``), ``action`` (``alert`` (default), or ``stop``: also ask the training loop to stop,
+``metric`` (required, except for ``stall``), ``severity`` (``info`` / ``warning`` /
+``critical``; default ``warning``, but ``critical`` for a ``non_finite`` rule on a loss such as
+``train/loss``), ``action`` (``alert`` (default), or ``stop``: also ask the training loop to stop,
 see below), ``cooldown_s`` (default 300: while the condition lasts the alert is sent again
 after this many seconds) and ``labels`` (a mapping of strings copied into every alert).
 

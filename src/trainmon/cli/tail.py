@@ -90,19 +90,26 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
-def _window_lines(lines: list[bytes]) -> list[tuple[float, str]]:
+def _window_lines(lines: list[bytes], run: dict[str, Any]) -> list[tuple[float, str]]:
+    """Window lines as the console printed them; ``run`` keeps the last meta's world size."""
     out = []
     for line in lines:
-        if b'"window"' not in line:
-            continue  # scalars and meta lines: not shown (and not worth parsing)
+        if b'"window"' not in line and b'"meta"' not in line:
+            continue  # scalars lines: not shown (and not worth parsing)
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("kind") == "window":
+        if not isinstance(record, dict):
+            continue
+        if record.get("kind") == "meta":
+            size = record.get("world_size")
+            run["world_size"] = size if isinstance(size, int) else None
+        elif record.get("kind") == "window":
             window = window_from_record(record)
             if window is not None:
-                out.append((window.end_time, format_window(window)))
+                text = format_window(window, world_size=run.get("world_size"))
+                out.append((window.end_time, text))
     return out
 
 
@@ -146,7 +153,8 @@ def tail(args: argparse.Namespace) -> int:
     out = sys.stdout
     if args.follow and not journal.exists():
         print(f"waiting for {journal} ...", file=sys.stderr, flush=True)
-    events = _window_lines(journal_lines.read_lines()) + _alert_lines(alert_lines.read_lines())
+    run: dict[str, Any] = {}
+    events = _window_lines(journal_lines.read_lines(), run) + _alert_lines(alert_lines.read_lines())
     events.sort(key=lambda event: event[0])
     shown = events[-args.lines :] if args.lines else events
     for _, text in shown:
@@ -162,7 +170,7 @@ def tail(args: argparse.Namespace) -> int:
     try:
         while True:
             time.sleep(args.interval)
-            fresh = _window_lines(journal_lines.read_lines()) + _alert_lines(
+            fresh = _window_lines(journal_lines.read_lines(), run) + _alert_lines(
                 alert_lines.read_lines()
             )
             for _, text in sorted(fresh, key=lambda event: event[0]):

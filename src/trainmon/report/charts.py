@@ -4,8 +4,9 @@ One section per metric family (``train``, ``eval``, ``perf``, ``mem``, ``comm``,
 a section, metrics that share a unit share a chart (all ``*_ms``, all ``*_mb``, all losses,
 ``samples_per_sec`` with ``job_samples_per_sec``), anything else gets its own. Besides those:
 
-* ``stacked``: per run, the step-time breakdown (forward, backward, optimizer, comm, data)
-  stacked under the step time, with the bucket maximum of the step time when down-sampled;
+* ``stacked``: per run, the step-time breakdown (forward, backward, optimizer, comm, data, and
+  ``other``: the step time the parts do not cover, never below 0) stacked under the step time,
+  with the bucket maximum of the step time when down-sampled;
 * ``band``: per metric reduced across ranks, the min–max band over ranks with the mean line;
 * several runs: each metric's runs on one chart (colour = run, dash = metric).
 """
@@ -32,6 +33,7 @@ from trainmon.report.model import (
     family,
     role,
 )
+from trainmon.report.summary import OTHER
 
 PALETTE = (
     "#1f77b4",
@@ -47,6 +49,7 @@ PALETTE = (
 )
 DASHES: tuple[list[int], ...] = ([], [6, 3], [2, 3], [10, 3, 2, 3])
 BREAKDOWN_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1")
+OTHER_COLOR = "#bab0ac"
 MAX_SERIES_PER_CHART = 8
 
 _UNITS = (
@@ -125,18 +128,24 @@ class _Planner:
             columns = [s for _, s in parts] + ([total] if total is not None else [])
             self.consumed.update(s.name for s in columns)
             x, values, maxima, downsampled = self._align(columns)
-            stack = {
+            stacked_parts: list[dict[str, Any]] = [
+                {
+                    "label": label,
+                    "metric": s.name,
+                    "color": BREAKDOWN_COLORS[i % len(BREAKDOWN_COLORS)],
+                    "values": values[i],
+                }
+                for i, (label, s) in enumerate(parts)
+            ]
+            if total is not None and parts:
+                other = self._other(values[-1], values[:-1])
+                stacked_parts.append(
+                    {"label": OTHER, "metric": "", "color": OTHER_COLOR, "values": other}
+                )
+            stack: dict[str, Any] = {
                 "run": index,
                 "x": x,
-                "parts": [
-                    {
-                        "label": label,
-                        "metric": s.name,
-                        "color": BREAKDOWN_COLORS[i % len(BREAKDOWN_COLORS)],
-                        "values": values[i],
-                    }
-                    for i, (label, s) in enumerate(parts)
-                ],
+                "parts": stacked_parts,
                 "total": None,
                 "totalMax": None,
             }
@@ -165,6 +174,20 @@ class _Planner:
             )
         if len(self.runs) > 1 and len(overlay) > 1:
             self.add("perf", self._lines("step time, all runs", "ms", overlay))
+
+    @staticmethod
+    def _other(
+        total: Sequence[float | None], parts: Sequence[Sequence[float | None]]
+    ) -> list[float | None]:
+        """Per point, the step time minus the parts (missing parts count 0), never below 0."""
+        out: list[float | None] = []
+        for index, step in enumerate(total):
+            if step is None:
+                out.append(None)
+                continue
+            covered = sum(v for part in parts if (v := part[index]) is not None)
+            out.append(max(0.0, step - covered))
+        return out
 
     def _align(
         self, columns: Sequence[Series]

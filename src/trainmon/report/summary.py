@@ -3,14 +3,21 @@
 Everything here is computed from a :class:`~trainmon.report.model.Run` alone, so the terminal
 summary, ``compare`` and the HTML report agree. Statistics skip NaN and ±Inf (counted apart in
 ``nonfinite``); a metric with no finite value has NaN statistics and is still listed.
+
+The mean of a rate metric (:func:`trainmon.throughput.is_rate`, also its cross-rank
+``/min``, ``/mean``, ``/max``) is the run's work over its time: each value weighted by the step
+time it covers (:func:`span_rate`), never the plain mean of per-step rates. The step-time
+breakdown ends with ``other``: the step time the named parts do not cover, never below 0.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from itertools import accumulate, pairwise
 from typing import Any
 
 from trainmon.report.downsample import profile
@@ -23,6 +30,7 @@ from trainmon.report.model import (
     cross_rank_split,
     family,
 )
+from trainmon.throughput import is_rate
 
 _NAN = math.nan
 
@@ -77,9 +85,17 @@ class Figure:
     unit: str = ""
 
 
+#: The label of the breakdown's last part: step time the named parts do not cover.
+OTHER = "other"
+
+
 @dataclass(frozen=True)
 class BreakdownPart:
-    """One part of the step: its mean time and its share of the mean step time."""
+    """One part of the step: its mean time and its share of the mean step time.
+
+    The part labelled :data:`OTHER` has no metric (``metric`` is empty): it is the mean step
+    time minus the named parts' means, never below 0.
+    """
 
     label: str
     metric: str
@@ -183,9 +199,77 @@ def summarize_series(series: Series) -> MetricSummary:
     )
 
 
+def other_ms(step_ms: float, parts_ms: Sequence[float]) -> float:
+    """The step time the parts do not cover: never below 0, and 0 for rounding noise."""
+    other = step_ms - math.fsum(parts_ms)
+    return other if other > 1e-9 * abs(step_ms) else 0.0
+
+
+def _covered_ms(step_time: Series) -> list[float]:
+    """Running total of the step time up to each value of ``step_time``.
+
+    A value stands for the steps since the previous value (one per step: itself; one mean per
+    window: mean x the window's steps); the first for as many steps as the gap to the second.
+    NaN, ±Inf and negative times count as 0.
+    """
+    steps, values = step_time.steps, step_time.values
+    first_gap = steps[1] - steps[0] if len(steps) > 1 else 1
+    gaps = [first_gap, *(b - a for a, b in pairwise(steps))]
+    covered = [v * g if 0 < v < math.inf else 0.0 for v, g in zip(values, gaps, strict=True)]
+    return list(accumulate(covered))
+
+
+def span_rate(rate: Series, step_time: Series | None) -> float | None:
+    """A rate over the whole series: work over time, ``Σ(rate·time) / Σtime``.
+
+    Each rate value is weighted by the step time it covers: the step times logged after the
+    rate's previous value up to its own step (a per-step rate: its own step's time; a rate
+    per window, like ``perf/job_samples_per_sec``: the window's time). None when no value has
+    a step time to weigh it by (then the plain mean is the best there is).
+    """
+    if step_time is None or not step_time.steps or not rate.steps:
+        return None
+    steps, values = rate.steps, rate.values
+    times = step_time.steps
+    if times == steps and steps[-1] - steps[0] == len(steps) - 1:
+        weights: Sequence[float] = step_time.values  # one of each per step: the common case
+    else:
+        total = _covered_ms(step_time)
+
+        def upto(step: int) -> float:
+            index = bisect_right(times, step)
+            return total[index - 1] if index else 0.0
+
+        before = steps[0] - (steps[1] - steps[0] if len(steps) > 1 else 1)
+        ends = [upto(before), *map(upto, steps)]
+        weights = [b - a for a, b in pairwise(ends)]
+    work = []
+    spent = []
+    for value, weight in zip(values, weights, strict=True):
+        if 0 < weight < math.inf and value - value == 0:
+            work.append(value * weight)
+            spent.append(weight)
+    if not spent:
+        return None
+    return math.fsum(work) / math.fsum(spent)
+
+
+def _is_rate_series(name: str) -> bool:
+    split = cross_rank_split(name)
+    if split is not None:
+        return split[1] != "argmax_rank" and is_rate(split[0])
+    return is_rate(name)
+
+
 def summarize(run: Run) -> RunSummary:
     """Every figure the terminal summary and the report show for ``run``."""
     stats = {name: summarize_series(s) for name, s in run.series.items()}
+    step_time = run.find(STEP_TIME)
+    for name, series in run.series.items():
+        if _is_rate_series(name):
+            rate = span_rate(series, step_time)
+            if rate is not None:
+                stats[name] = replace(stats[name], mean=rate)
     order = {f: i for i, f in enumerate(FAMILIES)}
     metrics = sorted(stats.values(), key=lambda m: (order[m.family], m.name))
 
@@ -211,6 +295,10 @@ def summarize(run: Run) -> RunSummary:
         BreakdownPart(label, m.name, m.mean, 100 * m.mean / base if base else _NAN)
         for label, m in parts
     ]
+    if step is not None and parts and math.isfinite(base):
+        other = other_ms(base, [m.mean for _, m in parts])
+        if math.isfinite(other):
+            breakdown.append(BreakdownPart(OTHER, "", other, 100 * other / base if base else _NAN))
     memory: list[Figure] = []
     seen: set[str] = set()
     peak: Figure | None = None

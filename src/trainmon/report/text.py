@@ -16,13 +16,12 @@ from trainmon.writers.console import format_value
 
 
 def number(value: float | None) -> str:
-    """A figure for a table cell: ``-`` when missing, ``nan``/``inf`` spelled out."""
+    """A figure for a table cell: ``-`` when missing, ``nan``/``inf`` spelled out; counts
+    (ints) in full with thousands separators, measurements in the console's one format."""
     if value is None:
         return "-"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    if isinstance(value, float) and 1e3 <= abs(value) < 1e4:
-        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
     return format_value(value)
 
 
@@ -144,9 +143,6 @@ def _key_figures(s: RunSummary) -> list[str]:
             [part.label, f"{number(part.mean_ms)} ms", percent(part.percent)]
             for part in s.breakdown
         ]
-        if s.step_time_ms and s.breakdown:
-            rest = s.step_time_ms - sum(p.mean_ms for p in s.breakdown)
-            rows.append(["other", f"{number(rest)} ms", percent(100 * rest / s.step_time_ms)])
         if rows:
             out += table(rows, [False, True, True], indent="  " + " " * 13)
     if s.throughput:

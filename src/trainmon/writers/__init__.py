@@ -78,7 +78,13 @@ def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.console import ConsoleWriter
 
     stream = sys.stderr if config.console.stream == "stderr" else None
-    return ConsoleWriter(stream, total_steps=_total_steps(config))
+    every_rank = config.trainmon.per_rank_output and place.world_size > 1
+    return ConsoleWriter(
+        stream,
+        total_steps=_total_steps(config),
+        rank=place.rank if every_rank else None,
+        world_size=place.world_size,
+    )
 
 
 def _wandb(config: TrainmonConfig, place: ProcessPlace) -> Writer:

@@ -1,11 +1,20 @@
 """Progress lines: at the end of every window (``steps_per_print`` steps), one readable line.
 
-``step 500/2000 | loss 2.314 | lr 3.0e-04 | grad_norm 0.82 | 1,930 samples/s |
-step 33.1 ms (fwd 9.8 · bwd 17.2 · opt 4.1 · comm 1.2 · data 0.8) | mem 1.2 GB (peak 1.9)``
+``step 100/300 | loss 0.05105 | lr 0.002143 | grad_norm 0.2203 | 971.8 samples/s |
+step 65.85 ms (fwd 21.55 · bwd 36.58 · opt 5.80 · data 1.49 · other 0.44) | mem 315.3 MB
+(peak 315.3 MB)``
 
-Known metrics get a short label and the statistic that reads best (mean for rates and times,
-last for the learning rate and memory, max for peaks); any other metric follows as
-``name mean``.
+Known metrics get a short label and the statistic that reads best (the window's mean for
+times, and for rates the window's work over its elapsed time; last for the learning rate and
+memory, max for peaks); ``other`` is the step time the named parts do not cover (never
+below 0), and ``comm`` is left out when the job is one process. Any other metric follows as
+``name mean``: ``train/``, ``eval/``, ``perf/`` and ``mem/`` ones first, then the rest, until
+the line reaches :data:`MAX_LINE_CHARS`; what did not fit is counted as ``+N more``. Control
+characters in names are escaped (``\\n``, ``\\x1b``) so a name cannot break or recolour the
+line. With ``per_rank_output`` every rank prints, and each line starts with ``[rank r]``.
+
+Every number goes through :func:`format_value`: at most 4 significant digits, no thousands
+separators below 10,000, and ``k``/``M``/``G``/``T`` from there on (``19.3k``).
 """
 
 from __future__ import annotations
@@ -26,32 +35,58 @@ _BREAKDOWN = (
     ("comm", "perf/comm_ms"),
     ("data", "perf/data_ms"),
 )
+_COMM = "perf/comm_ms"
 _COUNTERS = ("trainmon/dropped_events", "trainmon/writer_errors")
 _CROSS_RANK_SUFFIXES = ("/min", "/mean", "/max", "/argmax_rank", "_rank", "straggler_ratio")
+#: Families whose other metrics are shown first, in this order.
+_FIRST_FAMILIES = ("train/", "eval/", "perf/", "mem/")
 #: The console names the slowest rank when its busy time is this many times the median's.
 STRAGGLER_SHOWN_AT = 1.2
+#: A line stops adding further metrics at this length and says how many it left out.
+MAX_LINE_CHARS = 400
+#: Longer metric names are cut to this many characters (ending in ``…``).
+MAX_NAME_CHARS = 64
+_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
 def format_value(value: Number) -> str:
-    """Short human form: 4 significant digits, scientific for very small or large numbers."""
-    if isinstance(value, int):
-        return f"{value:,}"
+    """The one number format of the line: 4 significant digits at most.
+
+    ``0.8215``, ``33.1``, ``1930``; from 10,000 on a suffix (``19.3k``, ``1.25M``, up to
+    ``T``); below 0.001 and from 10^15 on, scientific (``3e-04``, ``1.25e+16``); ints below
+    10,000 exactly; ``nan``, ``inf``, ``-inf``.
+    """
+    if isinstance(value, int) and -10_000 < value < 10_000:
+        return str(int(value))
+    value = float(value)
     if not math.isfinite(value):
         return str(value)
-    magnitude = abs(value)
-    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e12):
-        return f"{value:.2e}"
-    if magnitude >= 1e4:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+    if value == 0:
+        return "0"
+    rounded = float(f"{value:.4g}")
+    magnitude = abs(rounded)
+    if magnitude < 1e-3 or magnitude >= 1e15:
+        mantissa, exponent = f"{rounded:.3e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
+    if magnitude < 1e4:
+        return f"{rounded:.4g}"
+    for scale, suffix in _SUFFIXES:
+        if magnitude >= scale:
+            return f"{float(f'{rounded / scale:.4g}'):.4g}{suffix}"
+    return f"{rounded:.4g}"  # not reached: magnitude >= 1e4 has a suffix
 
 
-def _ms(value: float) -> str:
-    return f"{value:.1f}" if math.isfinite(value) and abs(value) < 1e4 else format_value(value)
+def printable(name: str) -> str:
+    """``name`` with control and other non-printable characters escaped, and cut if too long."""
+    if not name.isprintable():
+        name = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    if len(name) > MAX_NAME_CHARS:
+        name = name[: MAX_NAME_CHARS - 1] + "…"
+    return name
 
 
 def _memory(mb: float) -> str:
-    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+    return f"{format_value(mb / 1024)} GB" if mb >= 1024 else f"{format_value(mb)} MB"
 
 
 def _pick(metrics: Mapping[str, MetricStats], name: str, stat: str = "mean") -> float | None:
@@ -59,8 +94,52 @@ def _pick(metrics: Mapping[str, MetricStats], name: str, stat: str = "mean") -> 
     return None if found is None else float(getattr(found, stat))
 
 
-def format_window(window: WindowStats, total_steps: int | None = None) -> str:
-    """The console line for one window."""
+def _breakdown(
+    step_ms: float | None, pieces: Sequence[tuple[str, float]]
+) -> tuple[str, str] | None:
+    """``("step 33.1 ms", "fwd 9.8 · ... · other 0.2")``; seconds from a 1,000 ms step on.
+
+    The parts are given to the step time's last digit, so they line up with it and tiny parts
+    read ``0.0`` rather than ``0.008201``.
+    """
+    if step_ms is None and not pieces:
+        return None
+    scale, unit = (1e-3, "s") if step_ms is not None and step_ms >= 1000 else (1.0, "ms")
+    shown = list(pieces)
+    if step_ms is not None and pieces and math.isfinite(step_ms):
+        other = step_ms - math.fsum(v for _, v in pieces)
+        if math.isfinite(other):  # never below 0; rounding noise is 0
+            shown.append(("other", other if other > 1e-9 * step_ms else 0.0))
+    if step_ms is None or not math.isfinite(step_ms):
+        text = " · ".join(f"{label} {format_value(v * scale)}" for label, v in shown)
+        head = f"time {unit}" if step_ms is None else f"step {format_value(step_ms)} {unit}"
+        return head, text
+    step_text = format_value(step_ms * scale)
+    fraction = step_text.partition(".")[2]
+    decimals = len(fraction) if fraction.isdigit() else 0
+    text = " · ".join(f"{label} {_to_decimals(v * scale, decimals)}" for label, v in shown)
+    return f"step {step_text} {unit}", text
+
+
+def _to_decimals(value: float, decimals: int) -> str:
+    """A part of the step to the step's own last digit (``0.3712`` -> ``0.4`` next to 101.8)."""
+    if not math.isfinite(value) or abs(value) >= 1e4:
+        return format_value(value)
+    return f"{value:.{decimals}f}"
+
+
+def format_window(
+    window: WindowStats,
+    total_steps: int | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> str:
+    """The console line for one window.
+
+    ``rank`` starts the line with ``[rank r]`` (when every rank prints); ``world_size`` 1 hides
+    ``comm`` (a single process has nothing to communicate).
+    """
     metrics = window.metrics
     used: set[str] = set()
 
@@ -71,10 +150,10 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
         return value
 
     step = f"step {window.last_step}" + (f"/{total_steps}" if total_steps else "")
-    parts = [step]
+    parts = [f"[rank {rank}] {step}" if rank is not None else step]
     simple: tuple[tuple[str, str, str, Callable[[float], str]], ...] = (
         ("loss", "train/loss", "mean", format_value),
-        ("lr", "train/lr", "last", lambda v: f"{v:.1e}"),
+        ("lr", "train/lr", "last", format_value),
         ("grad_norm", "train/grad_norm", "mean", format_value),
         ("loss_scale", "train/loss_scale", "last", format_value),
     )
@@ -83,7 +162,7 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
         if value is not None:
             parts.append(f"{label} {fmt(value)}")
     for name, unit in (("perf/samples_per_sec", "samples/s"), ("perf/tokens_per_sec", "tokens/s")):
-        value = take(name)
+        value = take(name)  # a rate's window mean is its work over the window's time
         job = take(name.replace("perf/", "perf/job_"), "last")
         if value is not None:
             parts.append(
@@ -91,14 +170,22 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
             )
     tflops, mfu = take("perf/tflops"), take("perf/mfu")
     if tflops is not None:
-        parts.append(f"{tflops:.1f} TFLOPS" + (f" (MFU {mfu:.1%})" if mfu is not None else ""))
+        parts.append(
+            f"{format_value(tflops)} TFLOPS"
+            + (f" (MFU {format_value(100 * mfu)}%)" if mfu is not None else "")
+        )
     step_ms = take("perf/step_time_ms")
-    pieces = [(label, take(name)) for label, name in _BREAKDOWN]
-    breakdown = " · ".join(f"{label} {_ms(v)}" for label, v in pieces if v is not None)
-    if step_ms is not None:
-        parts.append(f"step {_ms(step_ms)} ms" + (f" ({breakdown})" if breakdown else ""))
-    elif breakdown:
-        parts.append(f"time ms ({breakdown})")
+    if world_size == 1 and _COMM in metrics:
+        used.add(_COMM)
+    pieces = [
+        (label, value)
+        for label, name in _BREAKDOWN
+        if not (world_size == 1 and name == _COMM) and (value := take(name)) is not None
+    ]
+    breakdown = _breakdown(step_ms, pieces)
+    if breakdown is not None:
+        head, text = breakdown
+        parts.append(head + (f" ({text})" if text else ""))
     now = take("mem/allocated_mb", "last")
     peak = take("mem/peak_allocated_mb", "max")
     rss, peak_rss = take("mem/rss_mb", "last"), take("mem/peak_rss_mb", "max")
@@ -109,15 +196,32 @@ def format_window(window: WindowStats, total_steps: int | None = None) -> str:
     ratio = take("perf/straggler_ratio", "last")
     slowest = take("perf/slowest_rank", "last")
     if ratio is not None and slowest is not None and ratio >= STRAGGLER_SHOWN_AT:
-        parts.append(f"slowest rank {int(slowest)} ({ratio:.2f}x median busy time)")
+        parts.append(f"slowest rank {int(slowest)} ({format_value(ratio)}x median busy time)")
     for name in _COUNTERS:
         value = take(name, "last")
         if value:
-            parts.append(f"{name.split('/')[-1].replace('_', ' ')} {int(value)}")
-    for name, stats in metrics.items():
-        if name not in used and not name.endswith(_CROSS_RANK_SUFFIXES):
-            parts.append(f"{name} {format_value(stats.mean)}")
-    return " | ".join(parts)
+            parts.append(f"{name.split('/')[-1].replace('_', ' ')} {format_value(int(value))}")
+    line = " | ".join(parts)
+    rest = [
+        name for name in metrics if name not in used and not name.endswith(_CROSS_RANK_SUFFIXES)
+    ]
+    if not rest:
+        return line
+    first = [n for n in rest if n.startswith(_FIRST_FAMILIES)]
+    first.sort(key=lambda n: _FIRST_FAMILIES.index(n[: n.index("/") + 1]))
+    ordered = first + [n for n in rest if not n.startswith(_FIRST_FAMILIES)]
+    extras: list[str] = []
+    length = len(line)
+    for shown, name in enumerate(ordered):
+        part = f"{printable(name)} {format_value(metrics[name].mean)}"
+        more = len(ordered) - shown - 1
+        reserve = len(f" | +{more} more") if more else 0
+        if length + 3 + len(part) + reserve > MAX_LINE_CHARS:
+            extras.append(f"+{len(ordered) - shown} more")
+            break
+        extras.append(part)
+        length += 3 + len(part)
+    return " | ".join([line, *extras])
 
 
 class ConsoleWriter(Writer):
@@ -125,9 +229,19 @@ class ConsoleWriter(Writer):
 
     kind = "console"
 
-    def __init__(self, stream: TextIO | None = None, total_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        total_steps: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
         self._stream = stream
         self.total_steps = total_steps
+        self.rank = rank
+        """Shown at the start of each line (set when every rank prints); None: not shown."""
+        self.world_size = world_size
+        """The job's process count; 1 hides ``comm``."""
         self.location = "stdout" if stream is None else getattr(stream, "name", "stream")
 
     def write(self, records: Sequence[StepScalars]) -> None:
@@ -136,7 +250,10 @@ class ConsoleWriter(Writer):
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         stream = self._stream or sys.stdout
         for window in windows:
-            stream.write(format_window(window, self.total_steps) + "\n")
+            line = format_window(
+                window, self.total_steps, rank=self.rank, world_size=self.world_size
+            )
+            stream.write(line + "\n")
         stream.flush()
 
     def flush(self) -> None:
