@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check a DeepSpeed/trainmon config and print what it will monitor"
     )
     check.add_argument("config", metavar="CONFIG", help="JSON or YAML config file")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings (a top-level key close to a known one) as errors",
+    )
     check.set_defaults(handler=validate.validate)
     return parser
 
