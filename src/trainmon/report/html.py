@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -110,8 +111,8 @@ def write_report(
     """Render and write the report atomically (a temporary file renamed into place)."""
     for run in runs:
         run.require_metrics()
+    target = report_target(output)
     text = render_report(runs, buckets, title)
-    target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
     try:
@@ -125,6 +126,48 @@ def write_report(
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def report_target(output: str | os.PathLike[str]) -> Path:
+    """The regular file the report will replace: ``output``, or the file a symlink at
+    ``output`` points to (the report is written through the link, which stays a link).
+
+    Anything else (a device such as ``/dev/null``, a FIFO, a socket, a folder, a dangling
+    link) is refused with a :class:`RunError` saying what it is: renaming a file over it would
+    replace it (as root, ``-o /dev/null`` would replace the system's).
+    """
+    given = Path(output)
+    target = given
+    if given.is_symlink():
+        target = given.resolve()
+        if not target.exists():
+            raise RunError(
+                f"-o {given}: a symlink to {target}, which does not exist; refusing to write "
+                "through a dangling link (remove it, or name the file itself)"
+            )
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        return target
+    if not stat.S_ISREG(info.st_mode):
+        kind = _file_kind(info.st_mode)
+        via = f" (the target of the symlink {given})" if target != given else ""
+        raise RunError(
+            f"-o {target}{via}: is {kind}, not a regular file; the report would replace it. "
+            "Name a regular file (it is replaced atomically) or a new path"
+        )
+    return target
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((text for check, text in kinds if check(mode)), "not a regular file")
 
 
 _ERROR_HANDLER = """<script>

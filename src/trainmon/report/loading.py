@@ -29,8 +29,11 @@ _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _MAX_EVENT_FILES = 10_000
 
 
-def load_run(path: str | os.PathLike[str], name: str | None = None) -> Run:
-    """Read the run at ``path``; :class:`RunError` (saying what was looked for) if none is."""
+def load_run(path: str | os.PathLike[str], name: str | None = None, *, verify: bool = True) -> Run:
+    """Read the run at ``path``; :class:`RunError` (saying what was looked for) if none is.
+
+    ``verify=False`` skips the CRC checks of TensorBoard event files (the CLI's ``--fast``).
+    """
     target = Path(path)
     journal, note = find_journal(target)
     if journal is not None:
@@ -40,14 +43,14 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> Run:
         return run
     if target.is_file():
         if is_event_file(target):
-            return load_event_files(target.parent, [target], name, shown_path=target)
+            return load_event_files(target.parent, [target], name, shown_path=target, verify=verify)
         raise RunError(
             f"{target}: not a trainmon journal (*.jsonl) or a TensorBoard event file "
             "(events.out.tfevents.*)"
         )
     events = _event_files(target)
     if events:
-        return load_event_files(target, events, name)
+        return load_event_files(target, events, name, verify=verify)
     raise RunError(
         f"{target}: no trainmon run here: expected {JOURNAL_FILE} (trainmon's journal, written "
         "when the config's jsonl section is enabled) or TensorBoard event files "
@@ -227,7 +230,12 @@ def _time_of(record: dict[str, Any] | None) -> float | None:
 
 
 def load_event_files(
-    folder: Path, files: list[Path], name: str | None = None, shown_path: Path | None = None
+    folder: Path,
+    files: list[Path],
+    name: str | None = None,
+    shown_path: Path | None = None,
+    *,
+    verify: bool = True,
 ) -> Run:
     """Read the scalars of ``files`` (all under ``folder``) as one run.
 
@@ -239,7 +247,7 @@ def load_event_files(
         by_dir.setdefault(file.parent, []).append(file)
     results: dict[Path, EventScalars] = {}
     for directory, group in by_dir.items():
-        reader = EventFileReader()
+        reader = EventFileReader(verify=verify)
         for file in group:
             try:
                 reader.read(file)
