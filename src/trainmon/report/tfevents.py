@@ -34,7 +34,7 @@ _U32 = struct.Struct("<I").unpack_from
 try:
     from crc32c import crc32c as _crc_function
 except ImportError:  # a core dependency; without it records are read unchecked (and noted)
-    _crc_function = None
+    _crc_function = None  # type: ignore[assignment]
 _CRC: Any = _crc_function
 
 #: TensorProto dtype → struct format of one element (bfloat16 is handled on its own).
