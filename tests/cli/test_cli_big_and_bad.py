@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,54 @@ def test_report_writes_through_a_symlink_and_says_so(
     assert main(["report", str(run), "-o", str(dangling)]) == 1
     assert "dangling" in capsys.readouterr().err
     assert not (tmp_path / "missing").exists()
+
+
+_READ_BYTES = """
+import sys
+from trainmon.cli import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+rchar = next(l for l in open("/proc/self/io") if l.startswith("rchar:"))
+print("@@" + rchar.split()[1], file=sys.stderr)
+raise SystemExit(code)
+"""
+
+
+def _tail(*args: str) -> tuple[list[str], int]:
+    """``trainmon tail ARGS`` in a subprocess: its lines and the bytes it read (all files)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_BYTES, "tail", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    read = int(next(x for x in done.stderr.splitlines() if x.startswith("@@"))[2:])
+    return done.stdout.splitlines(), read
+
+
+def test_tail_n_reads_the_end_of_a_long_journal_not_all_of_it(tmp_path: Path) -> None:
+    """A 40 MB journal whose windows are at its end: ``tail -n 5`` prints the same 5 lines as
+    the last 5 of ``tail -n 0`` (everything), and reads a small part of the file (the bytes
+    counted include the interpreter's own imports, about 4 MB)."""
+    import trainmon
+
+    config = {
+        "steps_per_print": 10,
+        "jsonl": {"enabled": True, "output_path": str(tmp_path), "job_name": "job"},
+        "console": {"enabled": False},
+    }
+    with trainmon.Monitor(config) as monitor:
+        for step in range(1, 101):
+            monitor.step = step
+            monitor.write_events([("train/loss", 1.0 / step), ("perf/step_time_ms", 30.0)])
+    journal = tmp_path / "job" / "metrics.jsonl"
+    meta, *rest = journal.read_bytes().split(b"\n", 1)
+    pad = b'{"v": 1, "kind": "scalars", "step": 0, "time": 1.0, "values": {"x": 1.0}}\n'
+    padding = pad * (40_000_000 // len(pad))
+    journal.write_bytes(meta + b"\n" + padding + b"".join(rest))
+    size = journal.stat().st_size
+    everything, _ = _tail(str(journal), "-n", "0")
+    last, read = _tail(str(journal), "-n", "5")
+    assert len(everything) == 10 and last == everything[-5:]
+    assert read < size / 4, f"read {read:,} bytes of a {size:,}-byte journal"
