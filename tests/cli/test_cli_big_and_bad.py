@@ -122,3 +122,22 @@ def test_tail_n_reads_the_end_of_a_long_journal_not_all_of_it(tmp_path: Path) ->
     last, read = _tail(str(journal), "-n", "5")
     assert len(everything) == 10 and last == everything[-5:]
     assert read < size / 4, f"read {read:,} bytes of a {size:,}-byte journal"
+
+
+def test_a_report_of_a_thousand_runs_warns_and_stays_small(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1000 runs: a warning on stderr, the first runs charted, the rest listed by name, and a
+    page a browser opens (well under the ~90 MB of charting them all)."""
+    from trainmon.report.html import MAX_CHARTED_RUNS
+
+    paths = [str(_journal(tmp_path / f"run{i:04d}", steps=200)) for i in range(1000)]
+    out = tmp_path / "r.html"
+    assert main(["report", *paths, "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1000 runs given" in err and f"first {MAX_CHARTED_RUNS}" in err
+    page = out.read_text()
+    assert out.stat().st_size < 3_000_000
+    assert "990 runs not charted" in page and "run0999" in page
+    data = page.split('id="trainmon-data">', 1)[1].split("</script>", 1)[0]
+    assert data.count('"name"') >= MAX_CHARTED_RUNS and "run0011" not in data

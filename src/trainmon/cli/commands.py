@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.report.html import write_report
+from trainmon.report.html import too_many_runs, write_report
 from trainmon.report.loading import load_run
 from trainmon.report.model import Run, RunError
 from trainmon.report.summary import compare as compare_runs
@@ -74,6 +74,9 @@ def report(args: argparse.Namespace) -> int:
     for run in runs:
         for note in run.notes:
             print(f"  note ({run.name}): {note}", file=sys.stderr)
+    crowded = too_many_runs(len(runs))
+    if crowded:
+        print(f"trainmon report: warning: {crowded}", file=sys.stderr)
     return 0
 
 

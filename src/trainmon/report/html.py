@@ -38,6 +38,10 @@ _FAMILY_TITLES = {
 }
 
 
+#: Runs charted in one report (one colour each); further runs are listed, not charted.
+MAX_CHARTED_RUNS = len(PALETTE)
+
+
 def _asset(name: str) -> str:
     return resources.files("trainmon.report").joinpath(name).read_text(encoding="utf-8")
 
@@ -56,10 +60,11 @@ def render_report(
     """The report page for ``runs`` (each needs at least one metric)."""
     if not runs:
         raise RunError("no run to report on")
+    runs, rest = list(runs[:MAX_CHARTED_RUNS]), list(runs[MAX_CHARTED_RUNS:])
     summaries = [summarize(run) for run in runs]
     charts = plan_charts(runs, buckets)
     marks = alert_marks(runs)
-    names = ", ".join(run.name for run in runs)
+    names = ", ".join(run.name for run in runs) + (f" and {len(rest)} more" if rest else "")
     title = title or f"trainmon report — {names}"
     payload = {
         "runs": [{"name": r.name, "color": PALETTE[i % len(PALETTE)]} for i, r in enumerate(runs)],
@@ -82,6 +87,7 @@ def render_report(
         "<header>",
         f"<h1>{_e(title)}</h1>",
         _runs_list(runs, summaries),
+        _other_runs(rest),
         "<noscript><p>Charts need JavaScript; the tables below do not.</p></noscript>",
         "</header>",
         _nav(counts),
@@ -200,6 +206,33 @@ def _runs_list(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> str:
             f"{number(s.scalars)} values</span></li>"
         )
     return f'<ul class="runs">{"".join(items)}</ul>'
+
+
+def too_many_runs(count: int) -> str | None:
+    """The note a report of ``count`` runs carries when only some of them are charted."""
+    if count <= MAX_CHARTED_RUNS:
+        return None
+    return (
+        f"{count} runs given: the first {MAX_CHARTED_RUNS} are charted and tabled (more would "
+        f"be unreadable lines and a page of many MB); the other {count - MAX_CHARTED_RUNS} are "
+        "listed by name only. Report fewer runs at a time to chart them"
+    )
+
+
+def _other_runs(rest: Sequence[Run]) -> str:
+    if not rest:
+        return ""
+    note = too_many_runs(MAX_CHARTED_RUNS + len(rest))
+    items = "".join(
+        f"<li><b>{_e(run.name)}</b> <span class='muted'>{_e(run.source)}: {_e(run.path)} · "
+        f"{number(run.step_count)} steps · {len(run.series)} metrics</span></li>"
+        for run in rest
+    )
+    return (
+        f'<p class="notes" id="not-charted">{_e(note)}.</p>'
+        f'<details><summary>{len(rest)} runs not charted</summary><ul class="runs">{items}</ul>'
+        "</details>"
+    )
 
 
 def _nav(counts: dict[str, int]) -> str:
