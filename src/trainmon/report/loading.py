@@ -251,7 +251,7 @@ class _WindowRecords(Sequence[dict[str, Any]]):
         return record
 
 
-def _lines(path: Path, chunk: int = 1 << 23) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
     """(byte offset, line) of every line, read ``chunk`` bytes at a time."""
     offset = 0
     rest = b""
