@@ -68,6 +68,8 @@ def test_a_flipped_bit_in_a_length_is_damage_not_a_writer_still_running(
     assert run.series["train/loss"].values == [1.0] * 4
     fast = load_run(tmp_path, verify=False)
     assert any("still running" in n and "--fast" in n for n in fast.notes)
+    assert main(["summary", "--fast", str(tmp_path)]) == 0
+    assert "--fast skipped the CRC checks" in capsys.readouterr().out
 
 
 def test_a_record_cut_short_is_still_a_writer_still_running(tmp_path: Path) -> None:
