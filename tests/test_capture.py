@@ -225,6 +225,7 @@ def test_unreadable_single_element_tensors_are_refused_naming_the_metric(
         warnings.simplefilter("ignore")  # quantized creation is deprecated in this torch
         value = make()
     with trainmon.Monitor(_config(tmp_path)) as monitor:
+        monitor.write_events([("train/loss", 0.5, 0), ("train/lr", 0.1, 0)])  # names known
         for call in (
             lambda: monitor.write_events([("train/loss", value)]),
             lambda: monitor.write_events([("train/lr", torch.tensor(0.1)), ("train/loss", value)]),
@@ -233,7 +234,7 @@ def test_unreadable_single_element_tensors_are_refused_naming_the_metric(
                 call()
             assert "metric 'train/loss'" in str(info.value) and fragment in str(info.value)
         monitor.write_events([("train/loss", torch.tensor(2.0), 1)])
-    assert _journal(tmp_path) == {"train/loss": [(1, 2.0)]}
+    assert _journal(tmp_path) == {"train/loss": [(0, 0.5), (1, 2.0)], "train/lr": [(0, 0.1)]}
 
 
 # ---- events nothing can write: after close(), in a forked child -----------------------------

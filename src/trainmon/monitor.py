@@ -125,14 +125,19 @@ class Monitor:
             return
         items = events if type(events) is tuple else tuple(events)
         names = self._names
+        tensors: list[Any] = []
+        tensor_names: list[str] = []
         try:
-            for item in items:  # the fast path: tuples of a known name, a float or int, a step
+            for item in items:  # the fast path: tuples of a known name, a number, an int step
                 if type(item) is not tuple or item[0] not in names:
                     break
                 value = item[1]
                 kind = type(value)
                 if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
-                    break
+                    if not is_tensor(value):
+                        break
+                    tensors.append(value)  # stays in its (immutable) tuple as a placeholder
+                    tensor_names.append(item[0])
                 if len(item) != 2 and (
                     len(item) != 3
                     or type(item[2]) is not int
@@ -141,7 +146,8 @@ class Monitor:
                     break
             else:
                 if items:
-                    self._pipeline.put((time.time(), self._step, items, False), len(items))
+                    flag = capture(tensors, tensor_names) if tensors else False
+                    self._pipeline.put((time.time(), self._step, items, flag), len(items))
                 return
         except (TypeError, IndexError, KeyError):
             pass
@@ -206,7 +212,13 @@ class Monitor:
                     tensor_names.append(name)
                     step = CAPTURED
             kind = type(value)
-            if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
+            if kind is float or (kind is int and _INT_MIN <= value <= _INT_MAX):
+                pass
+            elif is_tensor(value):  # checked by capture(), on the stacked copy when it can
+                tensors.append(value)
+                tensor_names.append(name)
+                value = CAPTURED
+            else:
                 if not check_value(name, value):
                     if name not in self._warned_none:
                         self._warned_none.add(name)
@@ -217,11 +229,7 @@ class Monitor:
                         tensors.pop()
                         tensor_names.pop()
                     continue
-                if is_tensor(value):
-                    tensors.append(value)
-                    tensor_names.append(name)
-                    value = CAPTURED
-                elif isinstance(value, Deferred):
+                if isinstance(value, Deferred):
                     deferred = True
                 else:
                     value = plain_number(value)

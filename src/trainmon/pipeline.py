@@ -334,8 +334,8 @@ class Pipeline:
                             value = self._resolve_deferred(name, value)
                             if value is None:
                                 continue
-                        elif is_tensor(value):
-                            value = next(resolved)
+                        elif is_tensor(value):  # captured at the call, or a producer's
+                            value = next(captured if type(special) is Snapshot else resolved)
                         else:
                             value = plain_number(value)
                 values[name] = value

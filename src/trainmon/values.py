@@ -262,6 +262,9 @@ class Snapshot:
     def __len__(self) -> int:
         return self._count
 
+    def __bool__(self) -> bool:
+        return True  # an entry's flag: "needs resolving"
+
     def numbers(self) -> list[Number]:
         """The captured values as Python numbers (NaN, reported, where a copy cannot be read)."""
         out: list[Number] = [math.nan] * self._count
@@ -318,7 +321,7 @@ def _stack_all(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], 
         copy = torch.stack(tensors) if len(tensors) > 1 else tensors[0].clone()
     except Exception:  # shapes or devices differ: checked and grouped one by one
         return None
-    if copy.numel() != len(tensors) or copy.is_meta or str(copy.layout) != "torch.strided":
+    if copy.numel() != len(tensors) or copy.layout is not torch.strided or copy.is_meta:
         return None
     return [(range(len(tensors)), copy)]
 
