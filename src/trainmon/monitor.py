@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
+from functools import partial
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -126,7 +127,6 @@ class Monitor:
         items = events if type(events) is tuple else tuple(events)
         names = self._names
         tensors: list[Any] = []
-        tensor_names: list[str] = []
         try:
             for item in items:  # the fast path: tuples of a known name, a number, an int step
                 if type(item) is not tuple or item[0] not in names:
@@ -137,7 +137,6 @@ class Monitor:
                     if not is_tensor(value):
                         break
                     tensors.append(value)  # stays in its (immutable) tuple as a placeholder
-                    tensor_names.append(item[0])
                 if len(item) != 2 and (
                     len(item) != 3
                     or type(item[2]) is not int
@@ -146,7 +145,7 @@ class Monitor:
                     break
             else:
                 if items:
-                    flag = capture(tensors, tensor_names) if tensors else False
+                    flag = capture(tensors, partial(_tensor_names, items)) if tensors else False
                     self._pipeline.put((time.time(), self._step, items, flag), len(items))
                 return
         except (TypeError, IndexError, KeyError):
@@ -363,6 +362,11 @@ class Monitor:
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
+
+
+def _tensor_names(items: Sequence[Item]) -> list[str]:
+    """The names of the tensor values of fast-path items, in order (for error messages)."""
+    return [item[0] for item in items if is_tensor(item[1])]
 
 
 def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:

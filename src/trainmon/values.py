@@ -14,7 +14,7 @@ import abc
 import math
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainmon.events import Number
@@ -285,14 +285,15 @@ class Snapshot:
         return out
 
 
-def capture(tensors: Sequence[Any], names: Sequence[str]) -> Snapshot:
+def capture(tensors: Sequence[Any], names: Sequence[str] | Callable[[], Sequence[str]]) -> Snapshot:
     """Copy single-element tensors now, without reading them on this thread.
 
     One ``torch.stack`` per dtype (usually one for the whole call) on the tensors' own device:
     on an accelerator that is one kernel queued on the current stream, ordered after whatever
     produced the values and before any later in-place change, plus an event the background
-    thread waits on. Nothing here synchronises with the device. ``names[i]`` names the metric
-    of ``tensors[i]`` in errors (a tensor refused here raises, as :func:`check_tensor` does).
+    thread waits on. Nothing here synchronises with the device. ``names[i]`` (or ``names()[i]``,
+    only called when a tensor is refused) names the metric of ``tensors[i]`` in errors; a
+    tensor refused here raises, as :func:`check_tensor` does.
     """
     torch = sys.modules["torch"]
     set_grad = getattr(torch._C, "_set_grad_enabled", torch.set_grad_enabled)
@@ -302,7 +303,7 @@ def capture(tensors: Sequence[Any], names: Sequence[str]) -> Snapshot:
     try:
         parts = _stack_all(torch, tensors)
         if parts is None:
-            parts = _stack_groups(torch, tensors, names)
+            parts = _stack_groups(torch, tensors, names() if callable(names) else names)
     finally:
         if grad:
             set_grad(True)
