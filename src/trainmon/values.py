@@ -311,20 +311,44 @@ def capture(tensors: Sequence[Any], names: Sequence[str] | Callable[[], Sequence
 
 
 def _stack_all(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
-    """The common case, checked on the copy: one dtype, shape and device for every tensor."""
+    """The common case: one dtype (so no type promotion) and one shape for every tensor."""
     dtype = tensors[0].dtype
     for tensor in tensors:
         if tensor.dtype is not dtype:
+            return _stack_by_kind(torch, tensors)
+    copy = _checked_copy(torch, tensors)
+    if copy is None:  # shapes or devices differ, or a tensor is refused
+        return _stack_by_kind(torch, tensors) if len(tensors) > 1 else None
+    return [(range(len(tensors)), copy)]
+
+
+def _stack_by_kind(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
+    """Mixed dtypes or shapes: one copy per (dtype, shape), each checked as a whole."""
+    groups: dict[tuple[Any, Any], list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        groups.setdefault((tensor.dtype, tensor.shape), []).append(index)
+    parts: list[tuple[Sequence[int], Any]] = []
+    for positions in groups.values():
+        copy = _checked_copy(torch, [tensors[i] for i in positions])
+        if copy is None:
             return None
-    if dtype not in _real_dtypes():
+        parts.append((positions, copy))
+    return parts
+
+
+def _checked_copy(torch: Any, tensors: Sequence[Any]) -> Any:
+    """One copy of same-dtype tensors, or None when any of them needs the one-by-one check
+    (devices or shapes differ, or a tensor is not one real number in dense, readable memory):
+    the copy's metadata proves it for all of them at once."""
+    if tensors[0].dtype not in _real_dtypes():
         return None
     try:
         copy = torch.stack(tensors) if len(tensors) > 1 else tensors[0].clone()
-    except Exception:  # shapes or devices differ: checked and grouped one by one
+    except Exception:
         return None
     if copy.numel() != len(tensors) or copy.layout is not torch.strided or copy.is_meta:
         return None
-    return [(range(len(tensors)), copy)]
+    return copy
 
 
 def _stack_groups(
@@ -344,9 +368,8 @@ def _stack_groups(
 
 def _event_after(torch: Any, copy: Any) -> Any:
     """An event recorded on the copy's stream (None on the CPU, where the copy is done)."""
-    device = copy.device
-    if device.type != "cuda":
+    if not copy.is_cuda:
         return None
     event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(device))
+    event.record(torch.cuda.current_stream(copy.device))
     return event
