@@ -323,10 +323,11 @@ def _stack_all(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], 
 
 
 def _stack_by_kind(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
-    """Mixed dtypes or shapes: one copy per (dtype, shape), each checked as a whole."""
-    groups: dict[tuple[Any, Any], list[int]] = {}
+    """Mixed dtypes or shapes: one copy per (dtype, number of dimensions), each checked as a
+    whole (single-element tensors with as many dimensions have the same shape)."""
+    groups: dict[tuple[Any, int], list[int]] = {}
     for index, tensor in enumerate(tensors):
-        groups.setdefault((tensor.dtype, tensor.shape), []).append(index)
+        groups.setdefault((tensor.dtype, tensor.dim()), []).append(index)
     parts: list[tuple[Sequence[int], Any]] = []
     for positions in groups.values():
         copy = _checked_copy(torch, [tensors[i] for i in positions])
