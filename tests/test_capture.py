@@ -309,3 +309,36 @@ def test_a_nan_from_capture_is_only_a_real_nan(tmp_path: Path) -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_capture_reads_no_value_on_the_calling_thread(tmp_path: Path) -> None:
+    """Capturing tensors of mixed shapes and dtypes calls no .item()/.tolist()/.cpu()/.to()
+    on the calling thread (the copy is read by the background thread), and the values arrive."""
+    import threading
+
+    caller = threading.get_ident()
+    reads_on_caller: list[str] = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            name = getattr(func, "__name__", str(func))
+            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to"}
+            if name in reads and threading.get_ident() == caller:
+                reads_on_caller.append(name)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def spy(value: Any) -> Any:
+        return torch.as_tensor(value).as_subclass(Spy)
+
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        for step in range(30):
+            values = {"a": spy(float(step)), "b": spy([2.0 * step]), "c": spy(step)}
+            monitor.log(values, step=step)
+            monitor.write_events([("d", spy(0.5 * step), step), ("e", spy(float(step)), step)])
+    assert reads_on_caller == []
+    journal = _journal(tmp_path)
+    assert journal["b"][-1] == (29, 58.0) and journal["c"][-1] == (29, 29)
+    assert journal["e"][-1] == (29, 29.0) and len(journal["a"]) == 30
