@@ -17,6 +17,13 @@ Schema version 1, one JSON object per line, append-only:
   ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
   :mod:`trainmon.aggregate`).
 
+* ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}`` — written by a run resumed
+  from a checkpoint (after its ``meta`` line, see ``Monitor.load_state_dict``): ``step`` is the
+  first step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned
+  (the run that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and
+  ``report`` leave those ``scalars`` lines out, and ``window`` lines whose ``last_step`` is
+  ``>= step``, so each step is seen once and the later run wins.
+
 Readers must skip kinds they do not know; later versions only add kinds and keys.
 """
 
@@ -75,12 +82,65 @@ def _starts_a_run(line: bytes) -> bool:
     return isinstance(record, dict) and record.get("kind") == "meta"
 
 
+RESUME_KIND = "resume"
+_RESUME_MARK = b'"resume"'
+
+
+class ResumeCutoffs:
+    """Which lines a later ``resume`` record orphaned: :meth:`at` gives, for a line number
+    (asked in increasing order), the lowest step that a resume record after it starts again
+    from (``math.inf`` when none does)."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        marks: list[tuple[int, int]] = []
+        for number, line in enumerate(lines):
+            if _RESUME_MARK in line:
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if not isinstance(record, dict) or record.get("kind") != RESUME_KIND:
+                    continue
+                step = record.get("step")
+                if type(step) is int:
+                    marks.append((number, step))
+        self._lines = [number for number, _ in marks]
+        lowest: list[float] = [math.inf] * (len(marks) + 1)
+        for i in range(len(marks) - 1, -1, -1):
+            lowest[i] = min(marks[i][1], lowest[i + 1])
+        self._lowest = lowest
+        self._next = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._lines)
+
+    def at(self, number: int) -> float:
+        """The cutoff step for line ``number`` (0-based); numbers must not decrease."""
+        lines = self._lines
+        while self._next < len(lines) and lines[self._next] <= number:
+            self._next += 1
+        return self._lowest[self._next]
+
+
+def orphaned(record: Mapping[str, Any], cutoff: float) -> bool:
+    """True for a ``scalars`` or ``window`` record at or past ``cutoff`` (see ``resume``)."""
+    kind = record.get("kind")
+    if kind == "scalars":
+        step = record.get("step")
+    elif kind == "window":
+        step = record.get("last_step")
+    else:
+        return False
+    return isinstance(step, int) and step >= cutoff
+
+
 def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield each record of a journal, decoding non-finite values.
 
     A line cut short by a killed process (the last line, or one followed by the ``meta``
     record of a restart) is skipped; a bad line elsewhere raises ``ValueError`` naming the
-    file and line number.
+    file and line number. Records orphaned by a later ``resume`` record (a run resumed from
+    a checkpoint) are left out, so each step comes from the run that logged it last.
     """
     path = Path(path)
     if path.is_dir():
@@ -88,6 +148,7 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     last = len(lines) - 1
+    cutoffs = ResumeCutoffs(lines)
     for number, line in enumerate(lines):
         if not line.strip():
             continue
@@ -99,6 +160,8 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             raise ValueError(f"{path}:{number + 1}: not a JSON object: {exc}") from exc
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{number + 1}: expected a JSON object")
+        if cutoffs and orphaned(record, cutoffs.at(number)):
+            continue
         values = record.get("values")
         if isinstance(values, dict):
             record["values"] = {k: decode_value(v) for k, v in values.items()}

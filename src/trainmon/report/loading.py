@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from trainmon.journal import JOURNAL_FILE
+from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
 
@@ -150,12 +150,17 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     latest: dict[str, Any] | None = None
     bad: list[int] = []
     last = len(lines) - 1
+    cutoffs = ResumeCutoffs(lines)
+    orphans = 0
     for number, line in enumerate(lines):
         if not line or line.isspace():
             continue
         try:
             record = loads(line)
             kind = record["kind"]
+            if cutoffs and orphaned(record, cutoffs.at(number)):
+                orphans += 1
+                continue
         except (decode_error, TypeError, KeyError, IndexError):
             if number == last or b'"meta"' in lines[number + 1]:
                 cut_short = True  # a killed run's last line (then perhaps a restart)
@@ -207,6 +212,11 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     if bad:
         run.notes.append(
             f"skipped {len(bad)} unreadable line(s) (first: line {bad[0]} of {path.name})"
+        )
+    if orphans:
+        run.notes.append(
+            f"resumed from a checkpoint: left out {orphans} record(s) that the run cut short "
+            "logged past its checkpoint (the resumed run's values are shown)"
         )
     if len(metas) > 1:
         run.notes.append(

@@ -8,8 +8,8 @@ once with the traceback, counts, and carries on with the other writers.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
 from trainmon.events import StepScalars
@@ -44,6 +44,19 @@ class Writer(abc.ABC):
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
         """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
+
+    def identity(self) -> Mapping[str, Any] | None:
+        """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
+        and MLflow's run id), JSON-serialisable; None (the default) when there is nothing."""
+        return None
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:  # noqa: B027
+        """The run restarts from a checkpoint: ``step`` is the first step it will log again,
+        and what was logged at ``step`` and later by the run that was cut short is orphaned;
+        ``identity`` is what :meth:`identity` returned then (None when not saved). Called on
+        the background thread before any record of the resumed run; a file writer marks the
+        restart (TensorBoard's purge marker, the journal's ``resume`` record), a service
+        writer switches back to the saved run. Does nothing by default."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
