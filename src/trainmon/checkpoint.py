@@ -305,6 +305,7 @@ def _rank_and_world() -> tuple[int, int]:
 def _barrier() -> None:
     torch: Any = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None)
-    on = dist is not None and dist.is_available() and dist.is_initialized()
-    if on and dist.get_world_size() > 1:
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    if dist.get_world_size() > 1:
         dist.barrier()
