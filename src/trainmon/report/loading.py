@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
+from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
 
@@ -48,6 +49,9 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> Run:
     events = _event_files(target)
     if events:
         return load_event_files(target, events, name)
+    tables = sorted(p for p in target.glob("*.csv") if is_metric_csv(p))
+    if tables:
+        return load_csv_files(target, tables, name)
     raise RunError(
         f"{target}: no trainmon run here: expected {JOURNAL_FILE} (trainmon's journal, written "
         "when the config's jsonl section is enabled) or TensorBoard event files "
@@ -305,6 +309,26 @@ def load_event_files(
     run.series = _finish(raw, run.notes)
     run.step_count = _distinct_steps(run.series)
     run.alerts = load_alerts(folder, run.notes)
+    return run
+
+
+# ---- DeepSpeed's csv_monitor layout ---------------------------------------------------------
+
+
+def load_csv_files(folder: Path, files: list[Path], name: str | None = None) -> Run:
+    """One run from a folder of ``step,<name>`` CSV files; a step repeated by a restart keeps
+    its last row (the resumed run's value)."""
+    raw: dict[str, tuple[list[int], list[Any]]] = {}
+    skipped = 0
+    for file in files:
+        metric, steps, values, bad = read_metric_csv(file)
+        skipped += bad
+        raw[metric] = (steps, values)
+    run = Run(name=name or folder.name or str(folder), path=folder, source="CSV files")
+    if skipped:
+        run.notes.append(f"skipped {skipped} unreadable CSV row(s)")
+    run.series = _finish(raw, run.notes)
+    run.step_count = _distinct_steps(run.series)
     return run
 
 

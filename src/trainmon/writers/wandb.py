@@ -177,7 +177,7 @@ class WandbWriter(Writer):
         fresh, fresh_dir = self._run, self.run_dir
         offline = _is_offline(fresh)
         with _quiet_terminal():
-            fresh.finish(quiet=True)
+            fresh.finish()
         if offline and fresh_dir and Path(fresh_dir).name.startswith("offline-run-"):
             shutil.rmtree(fresh_dir, ignore_errors=True)
         kwargs = {**self._init_kwargs, "id": run_id}
