@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -328,3 +329,49 @@ def test_orphaned_steps_stay_hidden_when_the_resumed_run_stops_earlier(tmp_path:
         series = load_run(folder).series["x"]
         assert list(zip(series.steps, series.values, strict=True)) == expected
     assert _scalars(tmp_path / "tb" / "job", "x") == expected
+
+
+# ---- several ranks ---------------------------------------------------------------------------
+
+
+def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        "--master_addr=127.0.0.1", f"--master_port={port}",
+        str(WORKER.parent / "ckpt_ranks_worker.py"), str(tmp_path), mode,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])
+
+
+@pytest.mark.slow
+def test_two_ranks_save_and_load_together(tmp_path: Path) -> None:
+    """Under torchrun both ranks get the saved weights and counters back; rank 0 wrote the
+    model file and each rank its own trainmon state."""
+    results = _torchrun_results(tmp_path, "save")
+    assert [(r["rank"], r["equal"], r["steps"], r["client"]) for r in results] == [
+        (0, True, [3, 3], {}),
+        (1, True, [3, 3], {}),
+    ]
+    folder = tmp_path / "ckpt" / "global_step3"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "mp_rank_00_model_states.pt",
+        "trainmon_state_rank0.json",
+        "trainmon_state_rank1.json",
+    ]
+
+
+@pytest.mark.slow
+def test_a_stop_seen_on_rank_0_stops_the_save_on_every_rank(tmp_path: Path) -> None:
+    """Rules run on rank 0 only; after a NaN loss the save raises TrainingStopped on both
+    ranks (the verdict is shared) and nothing is written."""
+    results = _torchrun_results(tmp_path, "stop")
+    assert [(r["rank"], r["save"]) for r in results] == [(0, "stopped"), (1, "stopped")]
+    assert "nan" in results[0]["reason"] and "another rank" in results[1]["reason"]
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").rglob("*"))
