@@ -375,3 +375,29 @@ def test_a_stop_seen_on_rank_0_stops_the_save_on_every_rank(tmp_path: Path) -> N
     assert [(r["rank"], r["save"]) for r in results] == [(0, "stopped"), (1, "stopped")]
     assert "nan" in results[0]["reason"] and "another rank" in results[1]["reason"]
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").rglob("*"))
+
+
+def test_a_bad_alert_state_is_refused_by_name(tmp_path: Path) -> None:
+    """A saved baseline that is not a list of numbers is refused with the key named, raised to
+    the caller of load_state_dict although rules are restored on the background thread."""
+    with trainmon.Monitor(_alert_config(tmp_path)) as monitor:
+        state = monitor.state_dict()
+        state["alerts"]["rules"]["spike"]["condition"] = {"values": "lots"}
+        with pytest.raises(ValueError, match="'values' = 'lots'"):
+            monitor.load_state_dict(state)
+
+
+def test_csv_reading_keeps_the_last_row_of_a_step(tmp_path: Path) -> None:
+    """DeepSpeed's CSV layout appended to by a resumed run: the last row of a step wins, a row
+    cut short by a kill is skipped and counted, and summary's loader reads the folder."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "train_loss.csv").write_text("step,loss\n1,1.0\n2,2.0\n3,3.0\n4,4\n3,30.0\n4,nan\n5")
+    (folder / "perf_step_time_ms.csv").write_text("step,step_time_ms\n1,5.0\n2,5.")
+    name, steps, values, skipped = read_metric_csv(folder / "train_loss.csv")
+    assert (name, steps, values[:3], skipped) == ("train/loss", [1, 2, 3, 4], [1.0, 2.0, 30.0], 1)
+    assert math.isnan(values[3])
+    run = load_run(folder)
+    assert run.source == "CSV files"
+    assert sorted(run.series) == ["perf/step_time_ms", "train/loss"]
+    assert run.series["perf/step_time_ms"].steps == [1, 2]  # "5." is a float: kept

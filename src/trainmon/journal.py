@@ -91,9 +91,12 @@ class ResumeCutoffs:
     (asked in increasing order), the lowest step that a resume record after it starts again
     from (``math.inf`` when none does)."""
 
-    def __init__(self, lines: list[bytes]) -> None:
+    def __init__(self, lines: list[bytes], data: bytes | None = None) -> None:
+        """``data``, the file the lines were split from, lets a journal without any resume
+        record skip the scan of its lines (one search of the whole file instead)."""
         marks: list[tuple[int, int]] = []
-        for number, line in enumerate(lines):
+        scan = data is None or _RESUME_MARK in data
+        for number, line in enumerate(lines if scan else ()):
             if _RESUME_MARK in line:
                 try:
                     record = orjson.loads(line)
@@ -146,9 +149,11 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     if path.is_dir():
         path = path / JOURNAL_FILE
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+        data = f.read()
+    lines = data.split(b"\n")
     last = len(lines) - 1
-    cutoffs = ResumeCutoffs(lines)
+    cutoffs = ResumeCutoffs(lines, data)
+    del data
     for number, line in enumerate(lines):
         if not line.strip():
             continue

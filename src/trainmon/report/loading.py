@@ -154,7 +154,7 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     latest: dict[str, Any] | None = None
     bad: list[int] = []
     last = len(lines) - 1
-    cutoffs = ResumeCutoffs(lines)
+    cutoffs = ResumeCutoffs(lines, data)
     orphans = 0
     for number, line in enumerate(lines):
         if not line or line.isspace():
