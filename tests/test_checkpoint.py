@@ -401,3 +401,49 @@ def test_csv_reading_keeps_the_last_row_of_a_step(tmp_path: Path) -> None:
     assert run.source == "CSV files"
     assert sorted(run.series) == ["perf/step_time_ms", "train/loss"]
     assert run.series["perf/step_time_ms"].steps == [1, 2]  # "5." is a float: kept
+
+
+class _ResumableWriter:
+    """A user's writer (not a Writer subclass) with its own run identity and resume hook."""
+
+    def __init__(self) -> None:
+        self.resumed: list[tuple[int, Any]] = []
+
+    def write(self, records: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def identity(self) -> dict[str, str]:
+        return {"run": "r-1"}
+
+    def resume(self, step: int, identity: Any) -> None:
+        self.resumed.append((step, identity))
+
+
+def test_a_custom_writer_keeps_its_identity_across_a_resume(tmp_path: Path) -> None:
+    """A user's writer's identity() is saved under its kind and handed to its resume()."""
+    from trainmon.writers import register_writer, unregister_writer
+
+    built: list[_ResumableWriter] = []
+
+    def factory() -> _ResumableWriter:
+        built.append(_ResumableWriter())
+        return built[-1]
+
+    register_writer("resumable-test-writer", factory)
+    try:
+        config = {"console": {"enabled": False}, "writers": [{"class": "resumable-test-writer"}]}
+        with trainmon.Monitor(config) as first:
+            first.step = 4
+            state = first.state_dict()
+        assert state["writers"] == {"custom": {"run": "r-1"}}
+        with trainmon.Monitor(config) as second:
+            second.load_state_dict(state)
+        assert built[1].resumed == [(5, {"run": "r-1"})]
+    finally:
+        unregister_writer("resumable-test-writer")
