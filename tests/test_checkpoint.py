@@ -447,3 +447,23 @@ def test_a_custom_writer_keeps_its_identity_across_a_resume(tmp_path: Path) -> N
         assert built[1].resumed == [(5, {"run": "r-1"})]
     finally:
         unregister_writer("resumable-test-writer")
+
+
+def test_the_fp16_grad_scaler_comes_back(tmp_path: Path) -> None:
+    """With fp16 the GradScaler's scale and growth tracker are saved and loaded."""
+    fp16 = {"enabled": True, "initial_scale_power": 8, "loss_scale_window": 2}
+    try:
+        engine = _engine(tmp_path / "a", fp16=fp16)
+    except trainmon.ConfigError as exc:
+        pytest.skip(f"fp16 on the CPU is not supported by this torch: {exc}")
+    _train(engine, 3)  # two clean steps in a window of 2: the scale grows once
+    engine.save_checkpoint(str(tmp_path / "ckpt"))
+    engine.close()
+    other = _engine(tmp_path / "b", fp16=fp16)
+    other.load_checkpoint(str(tmp_path / "ckpt"))
+    _train(other, 1)
+    other.close()
+    scales = [v for _, v in _journal_values(tmp_path / "a" / "job", "train/loss_scale")]
+    resumed = _journal_values(tmp_path / "b" / "job", "train/loss_scale")
+    assert scales[0] == 256.0 and scales[-1] == 512.0  # it grew in the first run
+    assert resumed == [(4, 1024.0)]  # a fresh scaler would say 256 here
