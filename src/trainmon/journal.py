@@ -17,14 +17,14 @@ Schema version 1, one JSON object per line, append-only:
   ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
   :mod:`trainmon.aggregate`).
 
-* ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}`` — written by a run resumed
-  from a checkpoint (after its ``meta`` line, see ``Monitor.load_state_dict``): ``step`` is the
-  first step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned
-  (the run that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and
-  ``report`` leave those ``scalars`` lines out, and ``window`` lines whose ``last_step`` is
-  ``>= step``, so each step is seen once and the later run wins.
-
 Readers must skip kinds they do not know; later versions only add kinds and keys.
+
+A run resumed from a checkpoint (see ``Monitor.load_state_dict``) writes, after its ``meta``
+line, ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}``: ``step`` is the first
+step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned (the run
+that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and ``report``
+leave out those ``scalars`` lines, and ``window`` lines whose ``last_step`` is ``>= step``, so
+each step is seen once and the later run wins.
 """
 
 from __future__ import annotations

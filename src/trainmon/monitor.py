@@ -15,7 +15,13 @@ from typing import Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
-from trainmon.checkpoint import agree_on_stop
+from trainmon.checkpoint import (
+    MONITOR_STATE_FORMAT,
+    MONITOR_STATE_VERSION,
+    agree_on_stop,
+    keyed_writers,
+    writer_identities,
+)
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
@@ -249,7 +255,7 @@ class Monitor:
 
         def capture() -> None:  # on the pipeline thread: the rules and writers are its own
             captured["alerts"] = self.alerts.state_dict() if self.alerts is not None else {}
-            captured["writers"] = _writer_identities(self.writers)
+            captured["writers"] = writer_identities(self.writers)
 
         if not self._pipeline.flush(then=capture):
             capture()  # closed: nothing runs in the background any more
@@ -281,7 +287,7 @@ class Monitor:
         if not isinstance(state, Mapping) or state.get("format") != MONITOR_STATE_FORMAT:
             raise ValueError(
                 f"Monitor.load_state_dict: expected the mapping Monitor.state_dict() returned "
-                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {_short(state)}"
+                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {f'{state!r:.80}'}"
             )
         version = state.get("version")
         if type(version) is not int or not 1 <= version <= MONITOR_STATE_VERSION:
@@ -297,7 +303,7 @@ class Monitor:
         if not isinstance(alerts, Mapping) or not isinstance(writers, Mapping):
             raise ValueError(
                 "Monitor.load_state_dict: 'alerts' and 'writers' must be mappings, got "
-                f"{_short(alerts)} and {_short(writers)}"
+                f"{alerts!r:.80} and {writers!r:.80}"
             )
         if self._closed:
             raise ValueError(f"Monitor.load_state_dict: {self!r} is closed")
@@ -306,7 +312,7 @@ class Monitor:
         def restore() -> None:  # on the pipeline thread, after everything queued before
             if self.alerts is not None:
                 self.alerts.load_state_dict(alerts, resume_step)
-            for key, writer in _keyed(self.writers):
+            for key, writer in keyed_writers(self.writers):
                 identity = writers.get(key)
                 try:
                     writer.resume(resume_step, identity if isinstance(identity, Mapping) else None)
@@ -368,40 +374,6 @@ class Monitor:
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
-
-
-MONITOR_STATE_FORMAT = "trainmon.monitor_state"
-MONITOR_STATE_VERSION = 1
-"""Version of :meth:`Monitor.state_dict`'s mapping; later versions only add keys."""
-
-
-def _keyed(writers: Sequence[Writer]) -> list[tuple[str, Writer]]:
-    """Each writer with its key in a saved state: its kind, ``kind-2`` for a second one..."""
-    seen: dict[str, int] = {}
-    keyed = []
-    for writer in writers:
-        seen[writer.kind] = seen.get(writer.kind, 0) + 1
-        count = seen[writer.kind]
-        keyed.append((writer.kind if count == 1 else f"{writer.kind}-{count}", writer))
-    return keyed
-
-
-def _writer_identities(writers: Sequence[Writer]) -> dict[str, Any]:
-    identities: dict[str, Any] = {}
-    for key, writer in _keyed(writers):
-        try:
-            identity = writer.identity()
-        except Exception:
-            _log.warning("%s writer: could not read its run identity", writer.kind, exc_info=True)
-            continue
-        if identity is not None:
-            identities[key] = dict(identity)
-    return identities
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:

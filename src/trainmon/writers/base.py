@@ -42,9 +42,6 @@ class Writer(abc.ABC):
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
 
-    def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
-        """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
-
     def identity(self) -> Mapping[str, Any] | None:
         """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
         and MLflow's run id), JSON-serialisable; None (the default) when there is nothing."""
@@ -57,6 +54,9 @@ class Writer(abc.ABC):
         the background thread before any record of the resumed run; a file writer marks the
         restart (TensorBoard's purge marker, the journal's ``resume`` record), a service
         writer switches back to the saved run. Does nothing by default."""
+
+    def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
+        """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"

@@ -86,15 +86,15 @@ class JsonlWriter(Writer):
                 )
             )
 
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
     def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
         """Write the journal's ``resume`` record: readers drop what earlier lines logged at
         ``step`` and later (see :mod:`trainmon.journal`)."""
         record = {"v": SCHEMA_VERSION, "kind": "resume", "step": step, "time": time.time()}
         self._file.write(encode_line(record))
         self._file.flush()
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()

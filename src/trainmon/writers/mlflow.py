@@ -24,6 +24,7 @@ starts with ``mlflow.start_run`` is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -41,10 +42,7 @@ from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.events import StepScalars
-from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
-
-_log = get_logger("mlflow")
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
@@ -215,10 +213,8 @@ class MlflowWriter(Writer):
         self.experiment_id = saved.info.experiment_id
         self._client.update_run(self.run_id, status="RUNNING")
         self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
-        try:
+        with contextlib.suppress(Exception):  # a store without deletes keeps an empty run
             self._client.delete_run(fresh)
-        except Exception:
-            _log.info("MLflow: could not delete the unused run %s", fresh, exc_info=True)
 
     def _send(self, *, whole_batches_only: bool) -> None:
         pending = self._pending
