@@ -86,6 +86,15 @@ RESUME_KIND = "resume"
 _RESUME_MARK = b'"resume"'
 
 
+_SCAN_CHUNK = 1 << 24
+
+
+def _marked_lines(f: Any) -> Iterator[bytes]:
+    """Each line of ``f``, with the lines that cannot hold a resume record emptied (cheap)."""
+    for line in f:
+        yield line if _RESUME_MARK in line else b""
+
+
 class ResumeCutoffs:
     """Which lines a later ``resume`` record orphaned: :meth:`at` gives, for a line number
     (asked in increasing order), the lowest step that a resume record after it starts again
@@ -113,6 +122,24 @@ class ResumeCutoffs:
             lowest[i] = min(marks[i][1], lowest[i + 1])
         self._lowest = lowest
         self._next = 0
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ResumeCutoffs:
+        """The cutoffs of a journal read as a stream (for readers that never hold the whole
+        file): one chunked search for a resume record, and a pass over the lines only when
+        there is one. Line numbers are 0-based, as the file's lines come."""
+        found = False
+        tail = b""
+        with open(path, "rb") as f:
+            while chunk := f.read(_SCAN_CHUNK):
+                if _RESUME_MARK in tail + chunk[: len(_RESUME_MARK)] or _RESUME_MARK in chunk:
+                    found = True
+                    break
+                tail = chunk[-len(_RESUME_MARK) :]
+        if not found:
+            return cls([], b"")
+        with open(path, "rb") as f:
+            return cls(list(_marked_lines(f)))
 
     def __bool__(self) -> bool:
         return bool(self._lines)
