@@ -312,18 +312,10 @@ class Monitor:
         def restore() -> None:  # on the pipeline thread, after everything queued before
             if self.alerts is not None:
                 self.alerts.load_state_dict(alerts, resume_step)
-            for key, writer in keyed_writers(self.writers):
-                identity = writers.get(key)
-                try:
-                    writer.resume(resume_step, identity if isinstance(identity, Mapping) else None)
-                except Exception:
-                    _log.warning(
-                        "%s writer (%s) could not resume at step %d; it carries on as a new run",
-                        writer.kind,
-                        writer.location,
-                        resume_step,
-                        exc_info=True,
-                    )
+            saved = [writers.get(key) for key, _ in keyed_writers(self.writers)]
+            self._pipeline.writers.resume(
+                resume_step, [i if isinstance(i, Mapping) else None for i in saved]
+            )
 
         self._step = step
         if not self._pipeline.flush(then=restore):

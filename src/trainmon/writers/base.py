@@ -121,6 +121,15 @@ class WriterGroup:
             except Exception:
                 self._failed(writer, "close")
 
+    def resume(self, step: int, identities: Sequence[Mapping[str, Any] | None]) -> None:
+        """Each writer's :meth:`Writer.resume` with its saved identity (same order as
+        :attr:`writers`), in stream order: a writer that fails is reported and starts anew."""
+        for writer, identity in zip(self.writers, identities, strict=True):
+            try:
+                writer.resume(step, identity)
+            except Exception:
+                self._failed(writer, f"resume (at step {step}; it carries on as a new run)")
+
     def _failed(self, writer: Writer, operation: str) -> None:
         self.error_count += 1
         if id(writer) in self._reported:
