@@ -40,7 +40,7 @@ Differences from DeepSpeed, on purpose: the engine is not an ``nn.Module`` (attr
 fall through to the wrapped module); the model is not moved to a device (move it before
 ``initialize``); fp16 is ``torch.autocast`` plus ``torch.amp.GradScaler`` with fp32 weights
 rather than an fp16 copy of the model; forwards under ``torch.no_grad()`` are passed through
-untimed; ZeRO, pipeline parallelism and checkpointing are not provided. Under
+untimed; ZeRO and pipeline parallelism are not provided. Under
 torch.distributed, parameters are broadcast from rank 0 and gradients averaged over ranks at
 each boundary, as DeepSpeed does, unless the module is already DDP or FSDP.
 """
@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from trainmon import checkpoint
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.device_timing import SpanTimer, span_timers
 from trainmon.distributed import discover
@@ -689,6 +690,51 @@ class TrainmonEngine:
         if module is None:
             raise AttributeError(name)
         return getattr(module, name)
+
+    # ---- checkpoints (the logic lives in trainmon.checkpoint) -------------------------------
+
+    def save_checkpoint(
+        self,
+        save_dir: str,
+        tag: str | None = None,
+        client_state: Mapping[str, Any] | None = None,
+        save_latest: bool = True,
+    ) -> bool:
+        """DeepSpeed's ``save_checkpoint`` (call it on every rank): model, optimizer,
+        scheduler, grad scaler, counters, ``client_state`` and trainmon's state. Raises
+        ``TrainingStopped`` instead of saving when a stop rule fired; see
+        :func:`trainmon.checkpoint.save_checkpoint`."""
+        return checkpoint.save_checkpoint(
+            self,
+            save_dir,
+            tag,
+            client_state,
+            save_latest=save_latest,
+            grad_scaler=self._scaler,
+        )
+
+    def load_checkpoint(
+        self,
+        load_dir: str,
+        tag: str | None = None,
+        load_module_strict: bool = True,
+        load_optimizer_states: bool = True,
+        load_lr_scheduler_states: bool = True,
+        load_module_only: bool = False,
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """DeepSpeed's ``load_checkpoint``: ``(load_path, client_state)``, ``(None, None)``
+        without a ``latest`` file; the monitor resumes at the next step. See
+        :func:`trainmon.checkpoint.load_checkpoint`."""
+        return checkpoint.load_checkpoint(
+            self,
+            load_dir,
+            tag,
+            load_module_strict=load_module_strict,
+            load_optimizer_states=load_optimizer_states,
+            load_lr_scheduler_states=load_lr_scheduler_states,
+            load_module_only=load_module_only,
+            grad_scaler=self._scaler,
+        )
 
     # ---- lifecycle ------------------------------------------------------------------------
 

@@ -17,6 +17,13 @@ from typing import Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.checkpoint import (
+    MONITOR_STATE_FORMAT,
+    MONITOR_STATE_VERSION,
+    agree_on_stop,
+    keyed_writers,
+    writer_identities,
+)
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
@@ -284,6 +291,112 @@ class Monitor:
         """Raise :class:`TrainingStopped` when a stop was requested."""
         if self._stop_reason is not None:
             raise TrainingStopped(self._stop_reason)
+
+    # ---- checkpoints and resume -------------------------------------------------------------
+
+    def checkpoint_barrier(self, timeout: float | None = None, *, all_ranks: bool = False) -> None:
+        """Call before saving a checkpoint: drain the pipeline, so the alert rules have judged
+        every value logged so far, then raise :class:`TrainingStopped` if a stop rule fired.
+
+        Rules run in the background, a few steps behind the training loop; this is what
+        guarantees that weights a ``"action": "stop"`` rule flagged (a NaN loss) are never
+        saved. Rules run on the rank that writes only: with ``all_ranks=True`` under
+        torch.distributed it is a collective that every rank must call (as every rank calls
+        DeepSpeed's ``save_checkpoint``), and all ranks stop together; the default checks this
+        rank's own rules, for a checkpoint saved on one rank. ``timeout`` bounds the wait for
+        the writers (None: wait); when it passes, the check uses what the rules have judged so
+        far and a warning says so. The engine's ``save_checkpoint`` calls it; call it
+        yourself before saving anything else.
+        """
+        if not self._closed and not self._pipeline.flush(timeout) and not self._closed:
+            _log.warning(
+                "checkpoint: the pipeline did not drain within %s s; the alert rules may not "
+                "have judged the last %d queued value(s) before this checkpoint",
+                timeout,
+                self._pipeline.pending,
+            )
+        reason = agree_on_stop(self._stop_reason) if all_ranks else self._stop_reason
+        if reason is not None:
+            self.request_stop(reason)
+        self.raise_if_stopped()
+
+    def state_dict(self) -> dict[str, Any]:
+        """trainmon's part of a checkpoint, JSON-serialisable (format documented in the README,
+        ``MONITOR_STATE_VERSION``): the step, the window position, the alert rules' state
+        (baselines, firing alerts) and the writers' run identities (W&B and MLflow run ids).
+
+        It drains the pipeline first, so the alert state covers every value logged before
+        the call; call it at a step boundary, on every rank (each rank saves its own).
+        """
+        captured: dict[str, Any] = {}
+
+        def capture() -> None:  # on the pipeline thread: the rules and writers are its own
+            captured["alerts"] = self.alerts.state_dict() if self.alerts is not None else {}
+            captured["writers"] = writer_identities(self.writers)
+
+        if not self._pipeline.flush(then=capture):
+            capture()  # closed: nothing runs in the background any more
+        aggregator = self._pipeline.aggregator
+        return {
+            "format": MONITOR_STATE_FORMAT,
+            "version": MONITOR_STATE_VERSION,
+            "step": self._step,
+            "window": {
+                "steps": aggregator.window_steps,
+                "seconds": aggregator.window_seconds,
+                "next_step": self._step + 1,
+            },
+            "alerts": captured["alerts"],
+            "writers": captured["writers"],
+            "rank": self.place.rank,
+            "world_size": self.place.world_size,
+            "time": time.time(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s mapping, before logging anything of the resumed
+        run: the step goes back to the saved one, the alert rules get their baselines and
+        firing alerts back, W&B and MLflow switch back to the saved runs, TensorBoard gets its
+        purge marker and the journal its ``resume`` record at the next step, so each step is
+        shown once and the resumed run's values win. Raises ``ValueError`` naming the key for
+        a mapping that is not such a state.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != MONITOR_STATE_FORMAT:
+            raise ValueError(
+                f"Monitor.load_state_dict: expected the mapping Monitor.state_dict() returned "
+                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {f'{state!r:.80}'}"
+            )
+        version = state.get("version")
+        if type(version) is not int or not 1 <= version <= MONITOR_STATE_VERSION:
+            raise ValueError(
+                f"Monitor.load_state_dict: 'version' = {version!r}: this trainmon reads "
+                f"versions 1 to {MONITOR_STATE_VERSION}; upgrade trainmon to read it"
+            )
+        step = state.get("step")
+        if type(step) is not int or step < 0:
+            raise ValueError(f"Monitor.load_state_dict: 'step' = {step!r}: expected an int >= 0")
+        alerts = state.get("alerts") or {}
+        writers = state.get("writers") or {}
+        if not isinstance(alerts, Mapping) or not isinstance(writers, Mapping):
+            raise ValueError(
+                "Monitor.load_state_dict: 'alerts' and 'writers' must be mappings, got "
+                f"{alerts!r:.80} and {writers!r:.80}"
+            )
+        if self._closed:
+            raise ValueError(f"Monitor.load_state_dict: {self!r} is closed")
+        resume_step = step + 1
+
+        def restore() -> None:  # on the pipeline thread, after everything queued before
+            if self.alerts is not None:
+                self.alerts.load_state_dict(alerts, resume_step)
+            saved = [writers.get(key) for key, _ in keyed_writers(self.writers)]
+            self._pipeline.writers.resume(
+                resume_step, [i if isinstance(i, Mapping) else None for i in saved]
+            )
+
+        self._step = step
+        if not self._pipeline.flush(then=restore):
+            _log.warning("Monitor.load_state_dict: the background thread is gone; not resumed")
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -64,6 +64,24 @@ class Observer:
         """The pipeline is closing: release resources."""
 
 
+class _FlushDone(threading.Event):
+    """A flush request's acknowledgement; runs the flush's ``then`` on the background thread
+    just before it is set (the consumer calls ``set()`` once the flush point is reached)."""
+
+    def __init__(self, then: Callable[[], None] | None) -> None:
+        super().__init__()
+        self.then = then
+        self.error: BaseException | None = None
+
+    def set(self) -> None:
+        if self.then is not None:
+            try:
+                self.then()
+            except BaseException as exc:  # handed to the thread that asked for the flush
+                self.error = exc
+        super().set()
+
+
 DROPPED_METRIC = "trainmon/dropped_events"
 WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 _CHUNK_ENTRIES = 2048
@@ -134,11 +152,19 @@ class Pipeline:
             )
         return False
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every event queued before this call is written and flushed."""
+    def flush(
+        self, timeout: float | None = None, *, then: Callable[[], None] | None = None
+    ) -> bool:
+        """Block until every event queued before this call is written and flushed.
+
+        ``then`` runs on the background thread right after that point, before this returns
+        (so it may touch the writers, the aggregator and the observers without a lock); an
+        exception it raises is re-raised here. False when the pipeline is closed or the
+        timeout passed (``then`` may still run later in that case).
+        """
         if self._closed or not self._thread.is_alive():
             return False
-        done = threading.Event()
+        done = _FlushDone(then)
         self._queue.append((None, done, (), False))
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -147,6 +173,8 @@ class Pipeline:
                 return False
             if deadline is not None and time.monotonic() > deadline:
                 return False
+        if done.error is not None:
+            raise done.error
         return True
 
     def close(self) -> None:

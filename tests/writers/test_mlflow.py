@@ -286,3 +286,29 @@ def test_an_empty_mlflow_string_is_a_config_error(key: str) -> None:
     """An empty tracking_uri / experiment / run_name / run_id is refused, naming the key."""
     with pytest.raises(ConfigError, match=f"'mlflow.{key}'"):
         load_config({"mlflow": {key: ""}})
+
+
+@needs_mlflow
+def test_a_resumed_monitor_logs_into_the_saved_mlflow_run(store: str, tmp_path: Path) -> None:
+    """load_state_dict switches back to the saved run (RUNNING, then FINISHED at close) and
+    deletes the empty run started for the resumed process; the resumed steps land in the
+    saved run's history beside the first run's."""
+    first = trainmon.Monitor(_config(tmp_path / "a", store))
+    for step in range(1, 4):
+        first.log({"train/loss": float(step)}, step=step)
+    state = first.state_dict()
+    saved_id = state["writers"]["mlflow"]["run_id"]
+    first.close()
+
+    second = trainmon.Monitor(_config(tmp_path / "b", store))
+    fresh_id = _writer(second).run_id
+    second.load_state_dict(state)
+    second.log({"train/loss": 40.0}, step=4)
+    second.flush()
+    assert _writer(second).run_id == saved_id
+    assert _run(store, saved_id).info.status == "RUNNING"
+    second.close()
+    assert _run(store, saved_id).info.status == "FINISHED"
+    assert _run(store, fresh_id).info.lifecycle_stage == "deleted"
+    history = [(s, v) for s, v, _ in _history(store, saved_id, "train/loss")]
+    assert history == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]

@@ -550,3 +550,36 @@ def test_nothing_but_the_fallback_warning_reaches_the_terminal(tmp_path: Path) -
     assert lines[0].startswith("[trainmon] [Rank 0] WARNING no W&B API key was found")
     assert "wandb sync " in lines[0]
     assert len(read_run(_only_run_dir(tmp_path / "wb")).history()) == 3
+
+
+# ---- resuming from a checkpoint -----------------------------------------------------------
+
+
+@needs_wandb
+def test_a_resumed_monitor_continues_the_saved_wandb_run_offline(
+    wandb_env: Path, tmp_path: Path
+) -> None:
+    """load_state_dict switches to the saved run id: its second offline folder carries the same
+    id (``wandb sync --append`` adds it to the run), holds the resumed steps, and the run
+    started for the resumed process is gone."""
+    base = tmp_path / "r"
+    first = trainmon.Monitor(_config(base))
+    for step in range(1, 9):
+        first.log({"train/loss": float(step)}, step=step)
+    state = json.loads(json.dumps({**first.state_dict(), "step": 5}))
+    first.close()
+    (first_dir,) = (base / "wb" / "wandb").glob("offline-run-*")
+    saved_id = state["writers"]["wandb"]["run_id"]
+    assert first_dir.name.endswith(saved_id)
+
+    second = trainmon.Monitor(_config(base))
+    second.load_state_dict(state)
+    for step in range(6, 11):
+        second.log({"train/loss": 100.0 + step}, step=step)
+    second.close()
+    folders = sorted((base / "wb" / "wandb").glob("offline-run-*"))
+    assert [f.name.rsplit("-", 1)[-1] for f in folders] == [saved_id, saved_id]
+    resumed = read_run(folders[1])
+    assert resumed.run()["run_id"] == saved_id
+    assert resumed.history() == [(s, {"train/loss": 100.0 + s}) for s in range(6, 11)]
+    assert [s for s, _ in read_run(folders[0]).history()] == list(range(1, 9))

@@ -220,6 +220,39 @@ class AlertEngine(Observer):
         """Judge any window still waiting (its alerts are sent, not written as metrics)."""
         self._judge_windows([], force=True)
 
+    # ---- checkpoints (pipeline thread) -------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each rule's condition (baselines) and tracker (firing or not), by rule name, and the
+        metrics known to be logged per step. Call it on the pipeline's thread."""
+        return {
+            "rules": {
+                w.rule.name: {
+                    "condition": w.condition.state_dict(),
+                    "alert": w.tracker.state_dict(),
+                }
+                for w in self.watches
+            },
+            "per_step_metrics": sorted(self._per_step),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], resume_step: int) -> None:
+        """Take back :meth:`state_dict`'s mapping, for a run that logs again from
+        ``resume_step``; rules that are new in the config start afresh, rules no longer in it
+        are ignored. Call it on the pipeline's thread."""
+        rules = state.get("rules", {})
+        if not isinstance(rules, Mapping):
+            raise ValueError(f"alerts state 'rules' = {rules!r:.80}: expected a mapping")
+        for watch in self.watches:
+            saved = rules.get(watch.rule.name)
+            if isinstance(saved, Mapping):
+                watch.condition.load_state_dict(saved.get("condition") or {})
+                watch.tracker.load_state_dict(saved.get("alert") or {})
+        per_step = state.get("per_step_metrics", ())
+        self._per_step = {name for name in per_step if isinstance(name, str)}
+        self._seen_through = resume_step - 1
+        self._pending.clear()
+
     # ---- evaluation -------------------------------------------------------------------------
 
     @property
@@ -302,6 +335,16 @@ class AlertSystem:
                 rank=self.rank,
             )
             self.watchdog.start()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The metric rules' state (see :meth:`AlertEngine.state_dict`); empty on ranks that
+        do not evaluate rules. The stall watchdog keeps none: it learns the pace again."""
+        return self.engine.state_dict() if self.engine is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any], resume_step: int) -> None:
+        """Take back :meth:`state_dict`'s mapping (see :meth:`AlertEngine.load_state_dict`)."""
+        if self.engine is not None and state:
+            self.engine.load_state_dict(state, resume_step)
 
     @property
     def firing(self) -> list[Alert]:

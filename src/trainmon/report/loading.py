@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from trainmon.journal import JOURNAL_FILE
+from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
+from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
 
@@ -52,6 +53,9 @@ def load_run(path: str | os.PathLike[str], name: str | None = None, *, verify: b
     events = _event_files(target)
     if events:
         return load_event_files(target, events, name, verify=verify)
+    tables = sorted(p for p in target.glob("*.csv") if is_metric_csv(p))
+    if tables:
+        return load_csv_files(target, tables, name)
     raise RunError(
         f"{target}: no trainmon run here: expected {JOURNAL_FILE} (trainmon's journal, written "
         "when the config's jsonl section is enabled) or TensorBoard event files "
@@ -290,6 +294,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     bad: list[int] = []
     pending: int | None = None  # an unreadable line: cut short if a meta or the end follows
     number = 0
+    cutoffs = ResumeCutoffs.from_file(path)
+    orphans = 0
     for number, (offset, line) in enumerate(_lines(path), start=1):
         if not line or line.isspace():
             continue
@@ -302,6 +308,9 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         try:
             record = loads(line)
             kind = record["kind"]
+            if cutoffs and orphaned(record, cutoffs.at(number - 1)):
+                orphans += 1
+                continue
         except (decode_error, TypeError, KeyError, IndexError):
             pending = number
             continue
@@ -356,6 +365,11 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     if bad:
         run.notes.append(
             f"skipped {len(bad)} unreadable line(s) (first: line {bad[0]} of {path.name})"
+        )
+    if orphans:
+        run.notes.append(
+            f"resumed from a checkpoint: left out {orphans} record(s) that the run cut short "
+            "logged past its checkpoint (the resumed run's values are shown)"
         )
     if len(metas) > 1:
         run.notes.append(
@@ -451,6 +465,26 @@ def load_event_files(
     run.series = _finish(dict(raw), run.notes)
     run.step_count = _distinct_steps(run.series)
     run.alerts = load_alerts(folder, run.notes)
+    return run
+
+
+# ---- DeepSpeed's csv_monitor layout ---------------------------------------------------------
+
+
+def load_csv_files(folder: Path, files: list[Path], name: str | None = None) -> Run:
+    """One run from a folder of ``step,<name>`` CSV files; a step repeated by a restart keeps
+    its last row (the resumed run's value)."""
+    raw: dict[str, tuple[Sequence[int], Sequence[Any]]] = {}
+    skipped = 0
+    for file in files:
+        metric, steps, values, bad = read_metric_csv(file)
+        skipped += bad
+        raw[metric] = (steps, values)
+    run = Run(name=name or folder.name or str(folder), path=folder, source="CSV files")
+    if skipped:
+        run.notes.append(f"skipped {skipped} unreadable CSV row(s)")
+    run.series = _finish(raw, run.notes)
+    run.step_count = _distinct_steps(run.series)
     return run
 
 

@@ -336,6 +336,15 @@ class EventFileReader:
         ignored[0].clear()
         ignored[1].clear()
 
+    def _purge(self, step: int) -> None:
+        """TensorBoard's purge marker (a run resumed from a checkpoint logs again from
+        ``step``): drop what was read so far at ``step`` and later, as TensorBoard does."""
+        for steps, values in self.result.tags.values():
+            kept = [i for i, s in enumerate(steps) if s < step]
+            if len(kept) != len(steps):
+                values[:] = [values[i] for i in kept]
+                steps[:] = [steps[i] for i in kept]
+
     def _note_time(self, wall_time: float) -> None:
         result = self.result
         if result.first_time is None or wall_time < result.first_time:
@@ -346,6 +355,7 @@ class EventFileReader:
     def _event(self, buf: bytes, pos: int, end: int) -> None:
         wall_time = 0.0
         step = 0
+        restart = False
         summaries: list[tuple[int, int]] = []
         while pos < end:
             key = buf[pos]
@@ -368,12 +378,18 @@ class EventFileReader:
                     length, pos = _varint(buf, pos)
                 summaries.append((pos, pos + length))
                 pos += length
+            elif key == 0x3A:  # session_log: SessionLog.status (field 1) START (1) is a restart
+                length, pos = _varint(buf, pos)
+                restart = buf[pos : pos + 2] == b"\x08\x01"
+                pos += length
             else:
                 if key >= 0x80:
                     key, pos = _varint(buf, pos - 1)
                 pos = _skip(buf, pos, key)
         if pos != end:
             raise _Corrupt("event fields run past the record")
+        if restart:
+            self._purge(step)
         if not summaries:
             return
         added = False

@@ -8,8 +8,8 @@ once with the traceback, counts, and carries on with the other writers.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
 from trainmon.events import StepScalars
@@ -41,6 +41,19 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
+
+    def identity(self) -> Mapping[str, Any] | None:
+        """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
+        and MLflow's run id), JSON-serialisable; None (the default) when there is nothing."""
+        return None
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:  # noqa: B027
+        """The run restarts from a checkpoint: ``step`` is the first step it will log again,
+        and what was logged at ``step`` and later by the run that was cut short is orphaned;
+        ``identity`` is what :meth:`identity` returned then (None when not saved). Called on
+        the background thread before any record of the resumed run; a file writer marks the
+        restart (TensorBoard's purge marker, the journal's ``resume`` record), a service
+        writer switches back to the saved run. Does nothing by default."""
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
         """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
@@ -107,6 +120,15 @@ class WriterGroup:
                 writer.close()
             except Exception:
                 self._failed(writer, "close")
+
+    def resume(self, step: int, identities: Sequence[Mapping[str, Any] | None]) -> None:
+        """Each writer's :meth:`Writer.resume` with its saved identity (same order as
+        :attr:`writers`), in stream order: a writer that fails is reported and starts anew."""
+        for writer, identity in zip(self.writers, identities, strict=True):
+            try:
+                writer.resume(step, identity)
+            except Exception:
+                self._failed(writer, f"resume (at step {step}; it carries on as a new run)")
 
     def _failed(self, writer: Writer, operation: str) -> None:
         self.error_count += 1

@@ -100,6 +100,17 @@ class _DuckWriter(Writer):
     def close(self) -> None:
         self.target.close()
 
+    def identity(self) -> Mapping[str, Any] | None:
+        """The object's own ``identity()`` when it has one (see :meth:`Writer.identity`)."""
+        identity = getattr(self.target, "identity", None)
+        return identity() if callable(identity) else None
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """The object's own ``resume(step, identity)`` when it has one."""
+        resume = getattr(self.target, "resume", None)
+        if callable(resume):
+            resume(step, identity)
+
     def __repr__(self) -> str:
         return f"<{type(self.target).__name__} {self.location}>"
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainmon.aggregate import WindowStats
 from trainmon.events import StepScalars
@@ -90,3 +91,10 @@ class JsonlWriter(Writer):
 
     def close(self) -> None:
         self._file.close()
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """Write the journal's ``resume`` record: readers drop what earlier lines logged at
+        ``step`` and later (see :mod:`trainmon.journal`)."""
+        record = {"v": SCHEMA_VERSION, "kind": "resume", "step": step, "time": time.time()}
+        self._file.write(encode_line(record))
+        self._file.flush()

@@ -24,6 +24,7 @@ starts with ``mlflow.start_run`` is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -34,7 +35,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainmon import extras
@@ -192,6 +193,28 @@ class MlflowWriter(Writer):
             self.flush()
         finally:
             self._client.set_terminated(self.run_id, "FINISHED", int(time.time() * 1000))
+
+    def identity(self) -> Mapping[str, Any]:
+        """The run's id and tracking URI: a run resumed from a checkpoint logs into it."""
+        return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """Log into the saved run again (marked RUNNING); the run this writer started for the
+        resumed process, still empty, is deleted. MLflow keeps every value it was sent, so the
+        steps ``>= step`` that the cut-short run logged stay in its history beside the
+        resumed run's values (MLflow has no way to remove them)."""
+        run_id = identity.get("run_id") if identity is not None else None
+        if not isinstance(run_id, str) or run_id == self.run_id:
+            return
+        saved = self._client.get_run(run_id)  # raises when the tracking store lost it
+        fresh = self.run_id
+        self.flush()
+        self.run_id = saved.info.run_id
+        self.experiment_id = saved.info.experiment_id
+        self._client.update_run(self.run_id, status="RUNNING")
+        self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
+        with contextlib.suppress(Exception):  # a store without deletes keeps an empty run
+            self._client.delete_run(fresh)
 
     def _send(self, *, whole_batches_only: bool) -> None:
         pending = self._pending
