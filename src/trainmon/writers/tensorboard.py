@@ -20,7 +20,7 @@ from pathlib import Path
 from trainmon import extras
 from trainmon.events import Number, StepScalars
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile
 
 _FILE_VERSION = b"brain.Event:2"
 _FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
@@ -92,7 +92,7 @@ class TensorBoardWriter(Writer):
         self.path = path
         self._prefixes: dict[str, bytes] = {}
         self._length_headers: dict[int, bytes] = {}
-        self._file = AppendFile(path)
+        self._file = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
         self._file.write(self._frame(version + _FILE_VERSION))
@@ -107,12 +107,17 @@ class TensorBoardWriter(Writer):
             for record in records:
                 chunks.append(self._encode(record))
         finally:  # keep the records encoded before a bad one
-            self._file.write(b"".join(chunks))
+            values = sum(len(record.values) for record in records[: len(chunks)])
+            self._file.write(b"".join(chunks), values)
         if self._file.buffered >= _FLUSH_AT:
             self._file.flush()
 
     def flush(self) -> None:
         self._file.flush()
+
+    @property
+    def dropped_events(self) -> int:
+        return self._file.dropped
 
     def close(self) -> None:
         if self._closed:
