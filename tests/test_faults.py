@@ -7,6 +7,7 @@ import csv
 import logging
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -594,3 +595,80 @@ def test_full_disk_past_the_buffer_counts_what_it_drops(
     assert missing <= monitor.dropped_events
     reference = _journal_series(tmp_path / "ref", DROPPED)
     assert reference and reference[-1][1] >= missing
+
+
+# ---- a writer that hangs, and close() within its budget ---------------------------------------
+
+
+class HungWriter(Writer):
+    """A writer whose ``write`` blocks until the test releases it (a dead network mount)."""
+
+    kind = "hung"
+    location = "nowhere://hung"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        self.release.wait()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_hung_writer_costs_the_others_nothing_and_close_keeps_its_budget(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """A writer that blocks forever (with when_full "wait" and a small queue) neither starves the
+    journal, which gets every value, nor makes each call wait: the loop loses at most one
+    full_wait_s in all. What the hung writer misses is counted under its name, and close()
+    returns within close_timeout_s, naming the hung writer in one warning."""
+    hung = HungWriter()
+    run = tmp_path / "run"
+    full_wait_s, close_timeout_s = 0.5, 1.0
+    monitor = Monitor(
+        _config(
+            trainmon={
+                "queue_size": 50,
+                "full_wait_s": full_wait_s,
+                "close_timeout_s": close_timeout_s,
+                "flush_interval_s": 0.05,
+            }
+        ),
+        writers=[hung, JsonlWriter(run, "run")],
+    )
+    try:
+        assert monitor.config.trainmon.when_full == "wait"
+        total = 2000
+        started = time.monotonic()
+        for step in range(total):
+            monitor.log({"loss": float(step)}, step=step)
+        elapsed = time.monotonic() - started
+        assert not monitor.flush(timeout=5)  # the hung writer could not flush: said so
+        closing = time.monotonic()
+        monitor.close()
+        close_s = time.monotonic() - closing
+    finally:
+        hung.release.set()
+
+    assert elapsed < 2 * full_wait_s + 1.0  # before: every call waited full_wait_s
+    assert close_s < close_timeout_s + 0.5
+    assert _journal_series(run, "loss") == [(step, float(step)) for step in range(total)]
+    name = "hung writer (nowhere://hung)"
+    assert monitor.undelivered[name] >= total - 50
+    assert _journal_series(run, DROPPED)[-1][1] >= total - 50
+    warned = [w.getMessage() for w in _warnings(trainmon_log) if name in w.getMessage()]
+    assert len(warned) == 2, warned
+    assert "detached" in warned[0]
+    assert "not delivered" in warned[1] and "close_timeout_s = 1 s" in warned[1]
+
+
+def test_close_timeout_s_is_checked() -> None:
+    """trainmon.close_timeout_s must be a finite number of seconds >= 0, named in the error."""
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="trainmon.close_timeout_s"):
+            Monitor(_config(trainmon={"close_timeout_s": bad}))
+    assert Monitor(_config()).config.trainmon.close_timeout_s == 5.0

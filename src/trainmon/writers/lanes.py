@@ -1,12 +1,13 @@
 """One lane per writer: a bounded queue and a thread, so a slow or hung writer costs only itself.
 
 The pipeline hands each batch to every lane and moves on. A lane that is full makes the
-pipeline wait for it (``when_full: "wait"``, at most ``full_wait_s``) or drop at once
-(``"drop"``); a lane that stays full, or whose writer is stuck in one call for longer than
-``full_wait_s``, is *detached*: nothing waits for it any more, what it misses is counted
-under its name (and in ``trainmon/dropped_events``), one warning names it, and it rejoins
-once it has caught up. Flushes wait for every lane that is not detached or stuck; close waits
-for every lane until a deadline and then says what each did not write.
+pipeline wait for it (``when_full: "wait"``, at most half of ``full_wait_s``, so before the
+training thread itself would give up) or drop at once (``"drop"``); a lane that stays full,
+or whose writer is stuck in one call for that long, is *detached*: nothing waits for it any
+more, what it misses is counted under its name (and in ``trainmon/dropped_events``), one
+warning names it, and it rejoins once it has caught up. Flushes wait for every lane that is
+not detached or stuck; close waits for every lane until a deadline and then says what each
+did not write.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class FlushBarrier:
     """Set once every lane it was handed to has flushed (lanes that are stuck are not waited
     for: :meth:`wait` then returns False)."""
 
-    def __init__(self, lanes: Sequence[_Lane]) -> None:
+    def __init__(self, lanes: Sequence[_Lane], skipped: int = 0) -> None:
+        self.skipped = skipped  # lanes left out (detached or stuck): wait() says False
         self._waiting = set(lanes)
         self._lock = threading.Lock()
         self.done = threading.Event()
@@ -52,8 +54,8 @@ class FlushBarrier:
             with self._lock:
                 waiting = list(self._waiting)
             if all(lane.is_stuck(stuck_after_s) for lane in waiting):
-                return self.done.is_set()
-        return True
+                return False
+        return not self.skipped
 
 
 class _Lane:
@@ -168,7 +170,7 @@ class WriterLanes:
             for lane in self._lanes
             if not lane.detached and not lane.is_stuck(self.full_wait_s) and not lane.closed
         ]
-        return FlushBarrier(live)
+        return FlushBarrier(live, skipped=len(self._lanes) - len(live))
 
     def close(self) -> None:
         """Queue each writer's close after what it still has to write (returns at once)."""
@@ -223,9 +225,12 @@ class WriterLanes:
         """Wait (bounded) for room in a full lane; detach it (one warning) when there is none."""
         lane.wakeup.set()
         if self.when_full == "wait" and not lane.detached:
-            deadline = time.monotonic() + self.full_wait_s
+            # half of what the caller waits on a full queue: a writer that cannot catch up is
+            # detached before the caller would give up and drop for every writer
+            patience = self.full_wait_s / 2
+            deadline = time.monotonic() + patience
             fits: Callable[[], bool] = lambda: lane.pending + count <= lane.capacity  # noqa: E731
-            while time.monotonic() < deadline and not lane.is_stuck(self.full_wait_s):
+            while time.monotonic() < deadline and not lane.is_stuck(patience):
                 if fits() or lane.pending == 0:
                     return True
                 time.sleep(0.001)
@@ -233,13 +238,13 @@ class WriterLanes:
             lane.detached = True
         if not lane.warned:
             lane.warned = True
-            stuck = lane.is_stuck(self.full_wait_s)
+            stuck = lane.is_stuck(self.full_wait_s / 2)
             _log.warning(
                 "%s %s; it is detached: nothing waits for it, the other writers and training "
                 "carry on, and the values it misses are counted in trainmon/dropped_events "
                 "until it catches up",
                 lane.name,
-                f"has been stuck in one call for over {self.full_wait_s:g} s"
+                f"has been stuck in one call for over {self.full_wait_s / 2:g} s"
                 if stuck
                 else f"cannot keep up (its queue of {lane.capacity} values is full)",
             )
