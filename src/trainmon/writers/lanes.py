@@ -99,7 +99,7 @@ class _Lane:
                 if self.detached and self.pending == 0:
                     self.detached = False
                     _log.info("%s caught up; it missed %d values", self.name, self.missed)
-                self.wakeup.wait(0.1)
+                self.wakeup.wait(1.0)  # put() sets it: the timeout is only a safety net
                 self.wakeup.clear()
                 continue
             what, payload, count = ops.popleft()
