@@ -277,6 +277,11 @@ class PipelineConfig:
         "Longest wait for other ranks in a monitoring collective before giving up on it.",
         default=60.0,
     )
+    close_timeout_s: float = _doc(
+        "Longest close() (and so process exit) waits for writers and alert sinks to finish; "
+        "what they did not deliver by then is listed in one warning.",
+        default=5.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -886,7 +891,13 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
-    for name in ("full_wait_s", "flush_interval_s", "window_seconds", "collective_timeout_s"):
+    for name in (
+        "full_wait_s",
+        "flush_interval_s",
+        "window_seconds",
+        "collective_timeout_s",
+        "close_timeout_s",
+    ):
         value = getattr(pipeline, name)
         if value is not None and (not value >= 0 or value == float("inf")):
             raise ConfigError(

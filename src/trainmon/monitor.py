@@ -412,9 +412,16 @@ class Monitor:
 
     @property
     def dropped_events(self) -> int:
-        """Events dropped: on a full queue (also the ``trainmon/dropped_events`` metric), and
-        events logged after :meth:`close` or in a forked child (which nothing writes)."""
-        return self._pipeline.dropped + self._unwritable
+        """Values lost on the way, all counted: dropped on a full queue, missed by a writer that
+        could not keep up, given up by a writer on a full disk (``trainmon/dropped_events``),
+        and events logged after :meth:`close` or in a forked child (which nothing writes)."""
+        return self._pipeline.dropped_total + self._unwritable
+
+    @property
+    def undelivered(self) -> dict[str, int]:
+        """Where values were lost so far, and how many: ``"queue (full)"`` and one entry per
+        writer that missed, gave up or (after close) still held values; empty when none were."""
+        return self._pipeline.undelivered()
 
     def _drop_unwritable(self, events: Iterable[Any]) -> None:
         """Count (and, once per reason, say) that events came when nothing can write them."""
@@ -450,16 +457,29 @@ class Monitor:
         return self._pipeline.flush(timeout)
 
     def close(self) -> None:
-        """Write out everything and close the writers; safe to call more than once."""
+        """Write out everything and close the writers and alert sinks, within
+        ``trainmon.close_timeout_s`` in all; one warning lists what was not delivered.
+        Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
         if self._unusable is None:
             self._unusable = "closed"
-        self._pipeline.close()
+        deadline = time.monotonic() + self.config.trainmon.close_timeout_s
+        lost = self._pipeline.close(deadline)
         if self.alerts is not None:
-            self.alerts.close()
+            lost.update(self.alerts.close(max(0.0, deadline - time.monotonic())))
         _live.discard(self)
+        if lost:
+            _log.warning(
+                "closed %r with data not delivered (within trainmon.close_timeout_s = %g s): %s",
+                self,
+                self.config.trainmon.close_timeout_s,
+                "; ".join(
+                    f"{where}: {count} {'alerts' if where.startswith('alert sink') else 'values'}"
+                    for where, count in lost.items()
+                ),
+            )
 
     def __enter__(self) -> Monitor:
         return self

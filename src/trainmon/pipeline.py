@@ -9,6 +9,9 @@ at least every ``flush_interval_s``.
 The queue is bounded in events: producers add to ``_enqueued`` and the consumer to
 ``_consumed``, so each counter has a single writer and no lock is needed (with several
 producing threads the bound is approximate by a few calls).
+
+From this thread each writer is reached through its own lane (:mod:`trainmon.writers.lanes`),
+so a slow or hung writer never holds up this thread, the other writers or the caller.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from trainmon.values import (
     plain_number,
     resolve_tensors,
 )
-from trainmon.writers.base import WriterGroup
+from trainmon.writers.base import Writer, WriterGroup
+from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
 _log = get_logger("pipeline")
 
@@ -64,28 +68,27 @@ class Observer:
         """The pipeline is closing: release resources."""
 
 
-class _FlushDone(threading.Event):
-    """A flush request's acknowledgement; runs the flush's ``then`` on the background thread
-    just before it is set (the consumer calls ``set()`` once the flush point is reached)."""
+DROPPED_METRIC = "trainmon/dropped_events"
+WRITER_ERRORS_METRIC = "trainmon/writer_errors"
+_CHUNK_ENTRIES = 2048
+
+
+class _FlushRequest:
+    """Travels through the queue; the background thread runs its ``then`` at the flush point
+    (an exception it raises is kept for the caller) and hands it the barrier to wait on."""
 
     def __init__(self, then: Callable[[], None] | None) -> None:
-        super().__init__()
+        self.reached = threading.Event()
+        self.barrier: FlushBarrier | None = None
         self.then = then
         self.error: BaseException | None = None
 
-    def set(self) -> None:
+    def run_then(self) -> None:
         if self.then is not None:
             try:
                 self.then()
             except BaseException as exc:  # handed to the thread that asked for the flush
                 self.error = exc
-        super().set()
-
-
-DROPPED_METRIC = "trainmon/dropped_events"
-WRITER_ERRORS_METRIC = "trainmon/writer_errors"
-_CHUNK_ENTRIES = 2048
-_CLOSE_TIMEOUT_S = 60.0
 
 
 class Pipeline:
@@ -93,13 +96,18 @@ class Pipeline:
 
     def __init__(
         self,
-        writers: WriterGroup,
+        writers: WriterGroup | Sequence[Writer],
         config: PipelineConfig | None = None,
         aggregator: WindowAggregator | None = None,
         reducer: WindowReducer | None = None,
     ) -> None:
         self.config = config or PipelineConfig()
-        self.writers = writers
+        self.writers = WriterLanes(
+            writers.writers if isinstance(writers, WriterGroup) else writers,
+            capacity=self.config.queue_size,
+            when_full=self.config.when_full,
+            full_wait_s=self.config.full_wait_s,
+        )
         self.reducer = reducer
         self._observers: list[Observer] = []
         self.aggregator = aggregator or WindowAggregator(
@@ -157,38 +165,63 @@ class Pipeline:
     ) -> bool:
         """Block until every event queued before this call is written and flushed.
 
-        ``then`` runs on the background thread right after that point, before this returns
-        (so it may touch the writers, the aggregator and the observers without a lock); an
-        exception it raises is re-raised here. False when the pipeline is closed or the
-        timeout passed (``then`` may still run later in that case).
+        ``then`` runs on the background thread right at that point in the stream, before the
+        writers flush (so it may touch the aggregator and the observers without a lock, and
+        queue work for the writers' lanes); an exception it raises is re-raised here. False
+        on timeout, when the pipeline is closed, or when a writer stuck in a call (or
+        detached) could not flush (``then`` may still run later in that case).
         """
         if self._closed or not self._thread.is_alive():
             return False
-        done = _FlushDone(then)
-        self._queue.append((None, done, (), False))
+        request = _FlushRequest(then)
+        self._queue.append((None, request, (), False))
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not done.wait(0.05):
+        while not request.reached.wait(0.05):
             if not self._thread.is_alive():
                 return False
             if deadline is not None and time.monotonic() > deadline:
                 return False
-        if done.error is not None:
-            raise done.error
-        return True
+        if request.error is not None:
+            raise request.error
+        assert request.barrier is not None
+        return request.barrier.wait(deadline, self.config.full_wait_s)
 
-    def close(self) -> None:
-        """Write and flush everything queued, close the writers, stop the thread. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stopping = True
-        self._wakeup.set()
+    def close(self, deadline: float | None = None) -> dict[str, int]:
+        """Write and flush everything queued, close the writers, stop the threads, waiting at
+        most until ``deadline`` (``time.monotonic()``; default ``close_timeout_s`` from now).
+        Returns what was not delivered: ``{"queue": n}`` for events dropped on a full queue and
+        ``{writer: n}`` for values a writer missed or had not written by then. Idempotent."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.close_timeout_s
+        if not self._closed:
+            self._closed = True
+            self._stopping = True
+            self._wakeup.set()
         if threading.current_thread() is self._thread:
-            return
-        self._thread.join(_CLOSE_TIMEOUT_S)
+            return {}
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            _log.warning("background writer did not finish within %.0f s", _CLOSE_TIMEOUT_S)
+            self.writers.close()  # the background thread is stuck: close the lanes anyway
+        self.writers.join(deadline)
+        return self.undelivered()
+
+    def undelivered(self) -> dict[str, int]:
+        """What has not reached each writer: ``{"queue (full)": n}`` for events dropped on a
+        full queue, ``{"queue (not processed in time)": n}`` once the background thread is
+        stuck at close, and ``{writer: n}`` for values a writer missed, gave up or still holds."""
+        lost: dict[str, int] = {}
+        if self.dropped:
+            lost["queue (full)"] = self.dropped
+        if self._closed and self._thread.is_alive() and self.pending:
+            lost["queue (not processed in time)"] = self.pending
+        lost.update(self.writers.undelivered())
+        return lost
+
+    @property
+    def dropped_total(self) -> int:
+        """Events dropped on a full queue plus values the writers missed or gave up."""
+        return self.dropped + self.writers.dropped_events
 
     def add_observer(self, observer: Observer) -> None:
         """Watch the stream from now on (safe from any thread: the list is replaced, not edited)."""
@@ -216,7 +249,9 @@ class Pipeline:
             if stopping and not self._queue:
                 break
         self._close_window(final=True)
-        self.writers.flush()  # so errors of this last flush are counted before closing
+        final = self.writers.barrier()
+        self.writers.flush(final)  # so errors of this last flush are counted before closing
+        final.wait(time.monotonic() + self.config.close_timeout_s, self.config.full_wait_s)
         self._emit_counters()
         for observer in self._observers:
             try:
@@ -227,7 +262,8 @@ class Pipeline:
 
     def _drain(self) -> None:
         queue = self._queue
-        while queue:
+        worked = bool(queue)  # counters follow real work: a writer failing on the counter
+        while queue:  # record itself must not make a record every poll
             batch: list[Entry] = []
             count = 0
             while queue and len(batch) < _CHUNK_ENTRIES:
@@ -238,14 +274,18 @@ class Pipeline:
                     batch, count = [], 0
                     self._emit_counters()
                     self._close_window(final=False)
-                    self.writers.flush()
-                    entry[1].set()
+                    request: _FlushRequest = entry[1]
+                    request.run_then()
+                    request.barrier = self.writers.barrier()
+                    self.writers.flush(request.barrier)
+                    request.reached.set()
                     continue
                 batch.append(entry)
                 count += len(entry[2])
             self._emit(batch)
             self._consumed += count
-        self._emit_counters()
+        if worked:
+            self._emit_counters()
         self._close_window(final=False)
 
     def _close_window(self, final: bool) -> None:
@@ -388,10 +428,9 @@ class Pipeline:
         return resolve_tensors(tensors) if tensors else []
 
     def _emit_counters(self) -> None:
-        counters = (self.dropped, self.writers.error_count)
+        counters = (self.dropped_total, self.writers.error_count)
         if counters == self._reported_counters:
             return
         values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
         self.writers.write([StepScalars(self._last_step, time.time(), values)])
-        # taken after the write, so a writer failing on this very record does not re-trigger it
-        self._reported_counters = (self.dropped, self.writers.error_count)
+        self._reported_counters = counters

@@ -352,18 +352,25 @@ class AlertSystem:
         engine = self.engine.firing if self.engine is not None else []
         return engine + (self.watchdog.firing if self.watchdog is not None else [])
 
-    def close(self, timeout: float = DISPATCH_CLOSE_TIMEOUT_S) -> None:
-        """Stop the watchdog and deliver what is queued (at most ``timeout`` s). Idempotent."""
+    def close(self, timeout: float = DISPATCH_CLOSE_TIMEOUT_S) -> dict[str, int]:
+        """Stop the watchdog and deliver what is queued, all within ``timeout`` s. Returns
+        ``{"alert sink <name>": alerts not delivered}`` for sinks that lost any. Idempotent."""
         if self._closed:
-            return
+            return {}
         self._closed = True
+        deadline = time.monotonic() + timeout
         if self.watchdog is not None:
-            self.watchdog.stop()
-        if self.dispatcher is not None:
-            try:
-                self.dispatcher.close(timeout)
-            except Exception:
-                _log.warning("closing the alert sinks failed", exc_info=True)
+            self.watchdog.stop(min(5.0, timeout))
+        if self.dispatcher is None:
+            return {}
+        try:
+            self.dispatcher.close(max(0.0, deadline - time.monotonic()))
+        except Exception:
+            _log.warning("closing the alert sinks failed", exc_info=True)
+            return {}
+        undelivered = getattr(self.dispatcher, "undelivered", None)
+        lost = undelivered() if callable(undelivered) else {}
+        return {f"alert sink {name}": count for name, count in lost.items() if count}
 
 
 def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:

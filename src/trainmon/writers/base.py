@@ -8,6 +8,8 @@ once with the traceback, counts, and carries on with the other writers.
 from __future__ import annotations
 
 import abc
+import errno
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -57,6 +59,12 @@ class Writer(abc.ABC):
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
         """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
+
+    @property
+    def dropped_events(self) -> int:
+        """Values this writer accepted and then gave up (a full disk past its bounded buffer);
+        added to ``trainmon/dropped_events``. Writers that never give up keep 0."""
+        return 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
@@ -130,17 +138,41 @@ class WriterGroup:
             except Exception:
                 self._failed(writer, f"resume (at step {step}; it carries on as a new run)")
 
+    @property
+    def dropped_events(self) -> int:
+        """What the writers gave up after accepting it (see :attr:`Writer.dropped_events`)."""
+        return sum(_dropped_by(writer) for writer in self.writers)
+
     def _failed(self, writer: Writer, operation: str) -> None:
         self.error_count += 1
         if id(writer) in self._reported:
             return
         self._reported.add(id(writer))
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError) and error.errno in _NO_SPACE:
+            consequence = (
+                "out of space: its files are cut back to the last whole record and writing is "
+                "retried, holding what it can in a bounded buffer (what does not fit is counted "
+                "in trainmon/dropped_events)"
+            )
+        else:
+            consequence = "its data is being lost"
         _log.warning(
-            "%s writer (%s) failed in %s; its data is being lost, the other writers and "
-            "training carry on (further errors of this writer are counted in "
-            "trainmon/writer_errors, not printed)",
+            "%s writer (%s) failed in %s; %s, the other writers and training carry on "
+            "(further errors of this writer are counted in trainmon/writer_errors, not printed)",
             writer.kind,
             writer.location,
             operation,
+            consequence,
             exc_info=True,
         )
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _dropped_by(writer: Writer) -> int:
+    try:
+        return int(writer.dropped_events)
+    except Exception:  # a user's writer with a broken property: count nothing
+        return 0

@@ -97,6 +97,10 @@ class _DuckWriter(Writer):
     def flush(self) -> None:
         self.target.flush()
 
+    @property
+    def dropped_events(self) -> int:
+        return int(getattr(self.target, "dropped_events", 0))
+
     def close(self) -> None:
         self.target.close()
 

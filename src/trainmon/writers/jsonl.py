@@ -17,7 +17,7 @@ from trainmon.events import StepScalars
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile
 
 _FLUSH_AT_BYTES = 1 << 20
 
@@ -30,7 +30,7 @@ class JsonlWriter(Writer):
     def __init__(self, directory: Path | str, job: str = "", rank: int = 0, world_size: int = 1):
         path = Path(directory) / JOURNAL_FILE
         self.location = str(path)
-        self._file = AppendFile(path)
+        self._file = AppendFile(path, PENDING_BYTES)
         if not self._file.ends_with_newline():
             self._file.write(b"\n")  # a previous run was killed mid-line: start clean
         meta = {
@@ -59,7 +59,8 @@ class JsonlWriter(Writer):
                         "time": record.wall_time,
                         "values": encode_values(record.values),
                     }
-                )
+                ),
+                len(record.values),
             )
         if out.buffered > _FLUSH_AT_BYTES:
             out.flush()
@@ -88,6 +89,10 @@ class JsonlWriter(Writer):
 
     def flush(self) -> None:
         self._file.flush()
+
+    @property
+    def dropped_events(self) -> int:
+        return self._file.dropped
 
     def close(self) -> None:
         self._file.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 from trainmon import extras
 from trainmon.events import Number, StepScalars
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile
 
 _FILE_VERSION = b"brain.Event:2"
 _FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
@@ -117,7 +117,7 @@ class TensorBoardWriter(Writer):
         path = self.folder / _event_file_name(seconds)
         while path.exists():  # a reused pid within the same second: never append to another run
             path = self.folder / _event_file_name(seconds)
-        handle = AppendFile(path)
+        handle = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
         handle.write(self._frame(version + _FILE_VERSION))
@@ -151,13 +151,18 @@ class TensorBoardWriter(Writer):
             for record in records:
                 chunks.append(self._encode(record))
         finally:  # keep the records encoded before a bad one
-            self._file.write(b"".join(chunks))
+            values = sum(len(record.values) for record in records[: len(chunks)])
+            self._file.write(b"".join(chunks), values)
             self._wrote = self._wrote or bool(chunks)
         if self._file.buffered >= _FLUSH_AT:
             self._file.flush()
 
     def flush(self) -> None:
         self._file.flush()
+
+    @property
+    def dropped_events(self) -> int:
+        return self._file.dropped
 
     def close(self) -> None:
         if self._closed:
