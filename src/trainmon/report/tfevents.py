@@ -258,12 +258,26 @@ class EventFileReader:
                 (length,) = _U64(data, pos)
                 start = pos + 12
                 end = start + length
-                if verify and _masked(_CRC(view[pos : pos + 8])) != _U32(data, pos + 8)[0]:
-                    raise _Corrupt("its length fails its CRC")
                 if end + 4 > size:
+                    # past the end: cut short by a writer, or a damaged length (its CRC says)
+                    if verify and _masked(_CRC(view[pos : pos + 8])) != _U32(data, pos + 8)[0]:
+                        raise _Corrupt("its length fails its CRC")
                     break
-                if verify and _masked(_CRC(view[start:end])) != _U32(data, end)[0]:
-                    raise _Corrupt("its data fails its CRC")
+                if (
+                    verify
+                    and (
+                        (((crc := _CRC(view[start:end])) >> 15 | crc << 17) + 0xA282EAD8)
+                        & 0xFFFFFFFF
+                    )
+                    != _U32(data, end)[0]
+                ):
+                    # a damaged length inside the file also lands here: the data CRC of the
+                    # misplaced record fails
+                    raise _Corrupt(
+                        "its length fails its CRC"
+                        if _masked(_CRC(view[pos : pos + 8])) != _U32(data, pos + 8)[0]
+                        else "its data fails its CRC"
+                    )
                 pos = end + 4
                 # Fast path, one scalar per event (torch, tensorboardX, DeepSpeed): wall_time,
                 # step, summary { value { tag, simple_value } } with one-byte lengths.
