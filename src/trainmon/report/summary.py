@@ -290,9 +290,9 @@ def summarize(run: Run) -> RunSummary:
         throughput = _samples_per_second(run, metrics)
     step = of(STEP_TIME)
     parts = [
-        (label, stats[series.name])
+        (label, stats[part.name])
         for label, metric in BREAKDOWN
-        if (series := run.find_part(metric)) is not None
+        if (part := run.find_part(metric)) is not None
     ]
     base = step.mean if step is not None else math.fsum(m.mean for _, m in parts)
     breakdown = [
