@@ -632,7 +632,13 @@ class TrainmonEngine:
         self._uniform_grads = len(kinds) <= 1
 
     def _allreduce_gradients(self) -> None:
-        """Average gradients across ranks, one flat all-reduce per (device, dtype) group."""
+        """Average gradients across ranks, one flat all-reduce per (device, dtype) group.
+
+        The step's mean loss rides along as one more element of the first fp32/fp64 group, so
+        ``train/loss`` is the data-parallel mean at no extra collective (a separate one-element
+        all-reduce only when every gradient is 16-bit).
+        """
+        import torch
         import torch.distributed as dist
         from torch import _utils
 
@@ -643,12 +649,22 @@ class TrainmonEngine:
             if p.grad is not None:
                 groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
         size = dist.get_world_size()
-        for grads in groups.values():
-            flat = flatten(grads)
+        instrument = self.instrument
+        loss = instrument.local_loss()
+        for (device, dtype), grads in groups.items():
+            carries = loss is not None and dtype in (torch.float32, torch.float64)
+            flat = flatten([*grads, loss.to(device, dtype)] if carries else grads)
             dist.all_reduce(flat)
             flat.div_(size)
             for grad, synced in zip(grads, unflatten(flat, grads), strict=True):
                 grad.copy_(synced)
+            if carries:
+                instrument.replace_loss(flat[-1].clone())
+                loss = None
+        if loss is not None:  # only 16-bit gradients (or none): reduce the loss on its own
+            reduced = loss.clone()  # the local mean may share the caller's loss storage
+            dist.all_reduce(reduced)
+            instrument.replace_loss(reduced.div_(size))
 
     def _autocast_factory(self, dtype: Any) -> Callable[[], contextlib.AbstractContextManager[Any]]:
         import torch

@@ -39,8 +39,9 @@ class StepInstrument:
     * ``train/loss`` (mean of the losses given to :meth:`record_loss`), ``train/lr``,
       ``train/grad_norm``, ``train/loss_scale`` when given;
     * ``perf/step_time_ms``: host time from the previous :meth:`step_end` (the first step: from
-      the first hook call) to this one; ``perf/samples_per_sec`` and, with the throughput
-      settings, ``perf/tokens_per_sec``, ``perf/tflops``, ``perf/mfu``;
+      the first other hook call; not logged for a first step that no hook started) to this
+      one; ``perf/samples_per_sec`` and, with the throughput settings, ``perf/tokens_per_sec``,
+      ``perf/tflops``, ``perf/mfu``;
     * with ``breakdown``: ``perf/forward_ms``, ``perf/backward_inner_ms`` (backward compute),
       ``perf/optimizer_ms``, ``perf/comm_ms`` (collectives; from the comms logger under
       torch.distributed, else the ``comm`` phase), ``perf/data_ms``; they are disjoint, so
@@ -192,7 +193,6 @@ class StepInstrument:
         """
         now = _clock()
         started = self._step_start
-        step_s = now - started if started >= 0.0 else 0.0
         self._step_start = now
         step = self.steps + 1 if step is None else step
         self.steps = step
@@ -206,11 +206,13 @@ class StepInstrument:
         if norm is not None:
             self._grad_norm = None
             items.append(("train/grad_norm", norm))
-        items.append(("perf/step_time_ms", step_s * 1e3))
-        if samples is None:
-            samples = self.samples_per_step
-        if samples is not None:
-            self.throughput.add_to(items, step_s, samples, tokens)
+        if started >= 0.0:  # unknown for a first step whose start no hook marked
+            step_s = now - started
+            items.append(("perf/step_time_ms", step_s * 1e3))
+            if samples is None:
+                samples = self.samples_per_step
+            if samples is not None:
+                self.throughput.add_to(items, step_s, samples, tokens)
         if loss_scale is not None:
             items.append(("train/loss_scale", loss_scale))
         # the comms logger holds each collective until handed over: take them every step
