@@ -64,8 +64,8 @@ from trainmon.distributed import discover
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
 from trainmon.instrument import StepInstrument
+from trainmon.instrument.gradnorm import grad_norm, norm_value
 from trainmon.logging import get_logger
-from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
 
 if TYPE_CHECKING:
@@ -508,7 +508,7 @@ class TrainmonEngine:
             norm = self._clip_grad_norm(self._params, self._clip)
         else:
             grads = [p.grad for p in self._params if p.grad is not None]
-            norm = total_grad_norm(grads, self._uniform_grads)
+            norm = grad_norm(grads, self._uniform_grads)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update(self._static_scale)
@@ -553,7 +553,7 @@ class TrainmonEngine:
         if self._grad_norm is None:
             return None
         if self._grad_norm_float is None:
-            self._grad_norm_float = float(self._grad_norm)
+            self._grad_norm_float = norm_value(self._grad_norm)
         return self._grad_norm_float
 
     def get_lr(self) -> list[float]:
