@@ -18,9 +18,18 @@ from trainmon.alerts.engine import AlertSystem, build_alerts
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
-from trainmon.events import StepScalars
+from trainmon.events import Hparams, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
+from trainmon.records import (
+    DEFAULT_BINS,
+    PendingHparams,
+    PendingText,
+    check_metrics,
+    check_text,
+    flatten_hparams,
+    snapshot_histogram,
+)
 from trainmon.timing import Timer
 from trainmon.values import NATIVE_TYPES, check_value
 from trainmon.writers import build_writers
@@ -121,6 +130,42 @@ class Monitor:
             self._check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
+    def log_histogram(
+        self, name: str, values: Any, step: int | None = None, *, bins: int = DEFAULT_BINS
+    ) -> None:
+        """Record the distribution of a tensor or array at ``step`` (default: :attr:`step`).
+
+        The values are copied now (a tensor is cloned on its device, without a sync), so a later
+        in-place change is not seen; the background thread bins them into ``bins`` equal-width
+        buckets and writes a TensorBoard histogram, a W&B histogram and a journal record.
+        """
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_histogram({name!r})")
+        self._pipeline.put_extra(snapshot_histogram(name, values, at, time.time(), bins))
+
+    def log_text(self, name: str, text: str, step: int | None = None) -> None:
+        """Record a piece of text (a generated sample, a note) at ``step`` (TensorBoard's text
+        dashboard, a W&B table, the journal)."""
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_text({name!r})")
+        self._pipeline.put_extra(PendingText(Text(name, at, time.time(), check_text(name, text))))
+
+    def log_hparams(
+        self, hparams: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record the run's hyper-parameters, and optionally the metrics that judge them.
+
+        Nested mappings are flattened (``optimizer.lr``). They go to TensorBoard's hparams
+        dashboard, W&B's config, MLflow's params and the journal (what ``trainmon compare`` and
+        ``report`` diff between runs); ``metrics`` are also logged as scalars at :attr:`step`.
+        """
+        flat = flatten_hparams(hparams)
+        numbers = check_metrics(metrics)
+        record = Hparams(time.time(), self._step, flat, numbers)
+        self._pipeline.put_extra(PendingHparams(record))
+        if numbers:
+            self.write_events(tuple(numbers.items()))
+
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
         return Timer(self, name)
@@ -164,6 +209,11 @@ class Monitor:
             )
         if len(self._names) < _MAX_CACHED_NAMES:
             self._names.add(name)
+
+    @classmethod
+    def _checked_step(cls, step: Any, where: str) -> int:
+        cls._check_step(step, where)
+        return int(step.__index__())
 
     @staticmethod
     def _check_step(step: Any, where: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 
 _log = get_logger("writers")
@@ -44,6 +44,10 @@ class Writer(abc.ABC):
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
         """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
+
+    def write_extras(self, records: Sequence[Extra]) -> None:  # noqa: B027 - optional hook
+        """Receive histograms, text and hyper-parameters (:mod:`trainmon.events`), in stream
+        order; a backend that cannot show a kind ignores it (the default ignores all)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
@@ -93,6 +97,14 @@ class WriterGroup:
                     writer.write(means)
             except Exception:
                 self._failed(writer, "write_windows")
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters to every writer (whatever its ``every``)."""
+        for writer in self.writers:
+            try:
+                writer.write_extras(records)
+            except Exception:
+                self._failed(writer, "write_extras")
 
     def flush(self) -> None:
         for writer in self.writers:

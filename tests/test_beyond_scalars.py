@@ -1,0 +1,225 @@
+"""Histograms, text and hyper-parameters: captured at the call, read back with TensorBoard's own
+reader (EventAccumulator, the hparams plugin's parsers) and ``read_journal``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+from tensorboard.util import tensor_util
+
+import trainmon
+from conftest import local_config
+from trainmon.journal import read_journal
+
+
+def _accumulator(folder: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(folder), size_guidance={"histograms": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def _journal(base: Path, kind: str) -> list[dict[str, Any]]:
+    return [r for r in read_journal(base / "job" / "metrics.jsonl") if r["kind"] == kind]
+
+
+def test_histogram_reads_back_in_tensorboard_and_the_journal_as_it_was_at_the_call(
+    tmp_path: Path,
+) -> None:
+    """A tensor changed in place after log_histogram is recorded as it was at the call: the
+    buckets, min, max, count and sums read back by EventAccumulator and read_journal match
+    numpy's own histogram of the values the test kept."""
+    weights = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    kept = [weights.clone().numpy()]
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        for step in range(1, 4):
+            monitor.step = step
+            monitor.log({"train/loss": 1.0 / step})
+            monitor.log_histogram("weights/fc1", weights, bins=20)
+            weights.mul_(2).add_(1)  # in place, after the call
+            kept.append(weights.clone().numpy())
+    events = _accumulator(tmp_path / "tb" / "job").Histograms("weights/fc1")
+    journal = _journal(tmp_path, "histogram")
+    assert [e.step for e in events] == [1, 2, 3] == [r["step"] for r in journal]
+    for event, record, values in zip(events, journal, kept, strict=False):
+        counts, edges = np.histogram(values.astype(np.float64), bins=20)
+        histo = event.histogram_value
+        assert list(histo.bucket) == counts.tolist() == record["counts"]
+        assert np.allclose(histo.bucket_limit, edges[1:]) and np.allclose(record["edges"], edges)
+        assert histo.min == pytest.approx(values.min()) == record["min"]
+        assert histo.max == pytest.approx(values.max()) == record["max"]
+        assert histo.num == 1000 == record["num"]
+        assert histo.sum == pytest.approx(values.astype(np.float64).sum(), abs=1e-6)
+        assert record["sum_squares"] == pytest.approx(float((values.astype(np.float64) ** 2).sum()))
+
+
+def test_histogram_of_a_numpy_array_a_list_and_non_finite_values(tmp_path: Path) -> None:
+    """Arrays are copied at the call; lists are accepted; NaN and Inf are counted apart and
+    left out of the buckets; a constant tensor is one bucket; bfloat16 tensors are read."""
+    array = np.array([1.0, 2.0, np.nan, np.inf, 3.0])
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        monitor.log_histogram("a", array, step=1)
+        array[:] = 7.0
+        monitor.log_histogram("b", [5, 5, 5], step=2)
+        monitor.log_histogram("c", torch.ones(4, dtype=torch.bfloat16), step=3)
+        monitor.log_histogram("d", [float("nan")], step=4)
+    by_name = {r["name"]: r for r in _journal(tmp_path, "histogram")}
+    assert by_name["a"]["num"] == 3 and by_name["a"]["non_finite"] == 2
+    assert (by_name["a"]["min"], by_name["a"]["max"], by_name["a"]["sum"]) == (1.0, 3.0, 6.0)
+    assert sum(by_name["a"]["counts"]) == 3
+    assert by_name["b"]["counts"] == [3] and by_name["b"]["edges"] == [5.0, 5.0]
+    assert by_name["c"]["counts"] == [4] and by_name["c"]["sum"] == 4.0
+    assert by_name["d"]["num"] == 0 and by_name["d"]["non_finite"] == 1
+    assert by_name["d"]["counts"] == []
+    histos = _accumulator(tmp_path / "tb" / "job").Histograms("b")
+    assert list(histos[0].histogram_value.bucket) == [3.0]
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "says"),
+    [
+        ("text", TypeError, "expected a tensor, a numpy array"),
+        (3.0, TypeError, "0 dimension(s)"),
+        ([], ValueError, "no values"),
+        (torch.empty(0), ValueError, "empty"),
+        (torch.zeros(2, dtype=torch.complex64), TypeError, "no readable real values"),
+        (torch.zeros(3, device="meta"), TypeError, "no readable real values"),
+        (torch.zeros(3).to_sparse(), TypeError, "dense"),
+        (np.array(["a", "b"]), TypeError, "dtype <U1"),
+    ],
+)
+def test_log_histogram_refuses_what_it_cannot_bin_at_the_call(
+    tmp_path: Path, values: Any, error: type[Exception], says: str
+) -> None:
+    """Bad input is refused on the calling thread, naming the histogram and what was expected."""
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        with pytest.raises(error, match="log_histogram\\('h'\\)") as raised:
+            monitor.log_histogram("h", values)
+        assert says in str(raised.value)
+        with pytest.raises(ValueError, match="bins = 0"):
+            monitor.log_histogram("h", [1.0], bins=0)
+
+
+def test_log_histogram_never_reads_tensor_values_on_the_calling_thread(tmp_path: Path) -> None:
+    """Only a clone happens on the caller: no .item()/.tolist()/.cpu()/.numpy() there."""
+    caller = threading.get_ident()
+    reads_on_caller: list[str] = []
+
+    class Counting(torch.Tensor):
+        @classmethod
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            name = getattr(func, "__name__", str(func))
+            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to", "histc"}
+            if name in reads and threading.get_ident() == caller:
+                reads_on_caller.append(name)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        for step in range(20):
+            monitor.log_histogram("w", torch.arange(10.0).as_subclass(Counting), step=step)
+    assert reads_on_caller == []
+    assert len(_journal(tmp_path, "histogram")) == 20
+
+
+def test_text_reads_back_from_the_text_plugin_and_the_journal(tmp_path: Path) -> None:
+    """log_text is a string tensor for TensorBoard's text plugin at its step, and a journal line."""
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        monitor.log_text("samples/generated", "Once upon a time ✓", step=5)
+        monitor.step = 6
+        monitor.log_text("samples/generated", "<b>not html</b>")
+        with pytest.raises(TypeError, match="expected a string"):
+            monitor.log_text("samples/generated", 3)  # type: ignore[arg-type]
+    acc = _accumulator(tmp_path / "tb" / "job")
+    tensors = acc.Tensors("samples/generated")
+    texts = [tensor_util.make_ndarray(t.tensor_proto).item().decode() for t in tensors]
+    assert [t.step for t in tensors] == [5, 6]
+    assert texts == ["Once upon a time ✓", "<b>not html</b>"]
+    assert acc.SummaryMetadata("samples/generated").plugin_data.plugin_name == "text"
+    journal = _journal(tmp_path, "text")
+    assert [(r["step"], r["name"], r["text"]) for r in journal] == [
+        (5, "samples/generated", "Once upon a time ✓"),
+        (6, "samples/generated", "<b>not html</b>"),
+    ]
+
+
+def test_hparams_read_back_with_the_hparams_plugin_and_the_journal(tmp_path: Path) -> None:
+    """log_hparams writes the hparams plugin's experiment (names, types, metrics) and session
+    start info (values), as its own parsers read them; nested keys are flattened; metrics are
+    logged as scalars too; the journal has an ``hparams`` record."""
+    hparams = {
+        "lr": 3e-4,
+        "batch_size": 64,
+        "amp": True,
+        "optimizer": {"name": "adamw", "betas": (0.9, 0.95)},
+        "scheduler": None,
+        "seed": np.int64(7),
+    }
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        monitor.step = 3
+        monitor.log_hparams(hparams, metrics={"eval/loss": 1.5})
+    acc = _accumulator(tmp_path / "tb" / "job")
+    content = acc.PluginTagToContent("hparams")
+    experiment = hparams_metadata.parse_experiment_plugin_data(
+        content[hparams_metadata.EXPERIMENT_TAG]
+    )
+    types = {info.name: info.type for info in experiment.hparam_infos}
+    assert types == {
+        "lr": 3,  # DATA_TYPE_FLOAT64
+        "batch_size": 3,
+        "amp": 2,  # DATA_TYPE_BOOL
+        "optimizer.name": 1,  # DATA_TYPE_STRING
+        "optimizer.betas": 1,
+        "scheduler": 1,
+        "seed": 3,
+    }
+    assert [m.name.tag for m in experiment.metric_infos] == ["eval/loss"]
+    start = hparams_metadata.parse_session_start_info_plugin_data(
+        content[hparams_metadata.SESSION_START_INFO_TAG]
+    )
+    values = {
+        k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+        for k, v in start.hparams.items()
+    }
+    assert values == {
+        "lr": 3e-4,
+        "batch_size": 64.0,
+        "amp": True,
+        "optimizer.name": "adamw",
+        "optimizer.betas": "(0.9, 0.95)",
+        "scheduler": "None",
+        "seed": 7.0,
+    }
+    assert [(s.step, s.value) for s in acc.Scalars("eval/loss")] == [(3, 1.5)]
+    (record,) = _journal(tmp_path, "hparams")
+    assert record["hparams"]["optimizer.name"] == "adamw" and record["hparams"]["seed"] == 7
+    assert record["metrics"] == {"eval/loss": 1.5}
+
+
+def test_log_hparams_refuses_bad_keys_and_metrics(tmp_path: Path) -> None:
+    """A non-string key and a non-numeric metric are refused at the call, named."""
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        with pytest.raises(TypeError, match="key 1 under 'opt'"):
+            monitor.log_hparams({"opt": {1: "x"}})
+        with pytest.raises(TypeError, match="metric 'eval/acc' = 'high'"):
+            monitor.log_hparams({"lr": 1}, metrics={"eval/acc": "high"})
+        with pytest.raises(TypeError, match="expected a mapping"):
+            monitor.log_hparams([("lr", 1)])  # type: ignore[arg-type]
+
+
+def test_writers_without_a_write_extras_hook_ignore_histograms(tmp_path: Path) -> None:
+    """CSV and console writers (no such hook) are unaffected: the CSV holds only scalars."""
+    config = local_config(tmp_path)
+    with trainmon.Monitor(config) as monitor:
+        monitor.log({"train/loss": 1.0}, step=1)
+        monitor.log_histogram("weights", [1.0, 2.0], step=1)
+        monitor.log_text("note", "hi", step=1)
+    files = sorted(p.name for p in (tmp_path / "csv" / "job").iterdir())
+    assert files == ["train_loss.csv"]
