@@ -223,3 +223,75 @@ def test_writers_without_a_write_extras_hook_ignore_histograms(tmp_path: Path) -
         monitor.log_text("note", "hi", step=1)
     files = sorted(p.name for p in (tmp_path / "csv" / "job").iterdir())
     assert files == ["train_loss.csv"]
+
+
+# ---- compare and report --------------------------------------------------------------------
+
+
+def _run_with_extras(base: Path, lr: float, optimizer: str, seed: int) -> Path:
+    config = {
+        "console": {"enabled": False},
+        "jsonl": {"enabled": True, "output_path": str(base), "job_name": f"run-{optimizer}"},
+    }
+    with trainmon.Monitor(config) as monitor:
+        monitor.log_hparams({"lr": lr, "optimizer": {"name": optimizer}, "seed": seed})
+        for step in range(1, 11):
+            monitor.log({"train/loss": 1.0 / step}, step=step)
+            if step % 5 == 0:
+                monitor.log_histogram("weights/fc1", np.arange(step * 10.0), step=step)
+        monitor.log_text("samples", "<script>alert(1)</script> & more", step=10)
+    return base / f"run-{optimizer}"
+
+
+def test_compare_lists_the_hyper_parameters_that_differ(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainmon compare`` prints (and gives in --json) the keys whose values differ, and only
+    those; a key one run lacks shows ``-``."""
+    import orjson
+
+    from trainmon.cli import main
+
+    a = _run_with_extras(tmp_path / "a", 1e-3, "adam", 1)
+    b = _run_with_extras(tmp_path / "b", 3e-4, "sgd", 1)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("hyper-parameters that differ (2):") :].splitlines()
+    assert section[2].split() == ["lr", "0.001", "0.0003"]
+    assert section[3].split() == ["optimizer.name", "adam", "sgd"]
+    assert "seed" not in out[out.index("hyper-parameters that differ") :]
+    assert main(["compare", "--json", str(a), str(b)]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["hparams"] == [
+        {"key": "lr", "a": 0.001, "b": 0.0003},
+        {"key": "optimizer.name", "a": "adam", "b": "sgd"},
+    ]
+
+
+def test_report_shows_hparams_histograms_and_escaped_text(tmp_path: Path) -> None:
+    """The report has a hyper-parameters table (differing rows first and marked), one figure per
+    histogram name with the last snapshot's buckets as SVG bars, and the text, escaped."""
+    import re
+
+    from trainmon.report.html import render_report
+    from trainmon.report.loading import load_run
+
+    runs = [
+        load_run(_run_with_extras(tmp_path / "a", 1e-3, "adam", 1)),
+        load_run(_run_with_extras(tmp_path / "b", 3e-4, "sgd", 1)),
+    ]
+    assert runs[0].hparams == {"lr": 1e-3, "optimizer.name": "adam", "seed": 1}
+    assert [r["step"] for r in runs[0].histograms["weights/fc1"]] == [5, 10]
+    page = render_report(runs)
+    table = page[page.index('<section id="hparams">') :]
+    table = table[: table.index("</section>")]
+    rows = re.findall(r'<tr class="(\w+)"><td>([^<]+)</td>', table)
+    assert rows == [("differs", "lr"), ("differs", "optimizer.name"), ("same", "seed")]
+    histograms = page[page.index('<section id="histograms">') :]
+    figure = histograms[: histograms.index("</figure>")]
+    assert 'data-name="weights/fc1"' in figure
+    assert figure.count("<svg") == 4  # per run: last buckets and the band over steps
+    assert figure.count("<rect") == 2 * 30  # 100 values in 30 buckets, per run
+    assert "step 10" in figure and "100 values" in figure
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
+    assert "<script>alert(1)" not in page

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainmon.events import Extra, Histogram, Hparams, HparamValue, Number, Text
@@ -269,7 +269,7 @@ def check_metrics(
     return out
 
 
-def hparam_differences(runs: list[Mapping[str, HparamValue]]) -> list[str]:
+def hparam_differences(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The keys whose value differs between runs (missing in some counts as different), sorted."""
     keys = sorted(set().union(*runs)) if runs else []
     missing = object()

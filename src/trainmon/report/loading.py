@@ -145,6 +145,7 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     columns = _Columns()
     windows: list[dict[str, Any]] = []
     metas: list[dict[str, Any]] = []
+    extras: list[dict[str, Any]] = []
     steps: set[int] = set()
     first: dict[str, Any] | None = None
     latest: dict[str, Any] | None = None
@@ -186,6 +187,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
             windows.append(record)
         elif kind == "meta":
             metas.append(record)
+        elif kind in _EXTRA_KINDS:
+            extras.append(record)
     columns.flush()
     meta = metas[-1] if metas else {}
     job = meta.get("job")
@@ -215,7 +218,41 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         )
     run.series = _finish(columns.raw, run.notes)
     run.alerts = load_alerts(path.parent, run.notes)
+    _add_extras(run, extras)
     return run
+
+
+_EXTRA_KINDS = frozenset({"hparams", "histogram", "text"})
+
+
+def _add_extras(run: Run, records: list[dict[str, Any]]) -> None:
+    """Hyper-parameters, histograms and text of the journal (see :mod:`trainmon.journal`)."""
+    bad = 0
+    for record in records:
+        kind = record["kind"]
+        if kind == "hparams":
+            hparams = record.get("hparams")
+            if isinstance(hparams, dict):
+                run.hparams.update(hparams)
+            else:
+                bad += 1
+            continue
+        name, step = record.get("name"), record.get("step")
+        if not isinstance(name, str) or step.__class__ is not int:
+            bad += 1
+        elif kind == "text":
+            if isinstance(record.get("text"), str):
+                run.texts.append(record)
+            else:
+                bad += 1
+        elif isinstance(record.get("counts"), list) and isinstance(record.get("edges"), list):
+            for key in ("min", "max", "sum", "sum_squares"):
+                record[key] = _number(record.get(key))
+            run.histograms.setdefault(name, []).append(record)
+        else:
+            bad += 1
+    if bad:
+        run.notes.append(f"skipped {bad} unreadable hparams/histogram/text record(s)")
 
 
 def _time_of(record: dict[str, Any] | None) -> float | None:
