@@ -295,3 +295,97 @@ def test_report_shows_hparams_histograms_and_escaped_text(tmp_path: Path) -> Non
     assert "step 10" in figure and "100 values" in figure
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in page
     assert "<script>alert(1)" not in page
+
+
+# ---- progress and ETA ----------------------------------------------------------------------
+
+
+def _console_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("step ")]
+
+
+def _seconds(text: str) -> float:
+    """Inverse of format_duration for the short forms a test run produces (``2.4s``, ``12s``)."""
+    import re
+
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)s", text)
+    assert match, text
+    return float(match.group(1))
+
+
+def test_eta_on_a_steady_run_is_within_20_percent_of_the_time_it_really_took(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With trainmon.total_steps, each console line reads ``step s/N (p%) · elapsed · ETA``;
+    on steps of a steady 40 ms (sleeps), the ETA printed at step 20 of 60 is within 20% of the
+    time steps 21..60 then took, measured by the test, and elapsed matches its own clock."""
+    import re
+    import time
+
+    config = {
+        "steps_per_print": 10,
+        "console": {"enabled": True},
+        "trainmon": {"total_steps": 60},
+    }
+    times: dict[int, float] = {}
+    with trainmon.Monitor(config) as monitor:
+        for step in range(1, 61):
+            time.sleep(0.04)
+            monitor.log({"train/loss": 1.0}, step=step)
+            times[step] = time.time()
+        monitor.flush()
+    lines = _console_lines(capsys.readouterr().out)
+    assert [line.split(" ", 2)[1] for line in lines] == [f"{s}/60" for s in range(10, 61, 10)]
+    pattern = r"step 20/60 \(33%\) · elapsed (\S+) · ETA (\S+) \|"
+    match = re.match(pattern, lines[1])
+    assert match, lines[1]
+    elapsed, eta = _seconds(match.group(1)), _seconds(match.group(2))
+    truth_remaining = times[60] - times[20]
+    assert abs(eta - truth_remaining) <= 0.2 * truth_remaining, (eta, truth_remaining)
+    truth_elapsed = times[20] - times[1]
+    assert abs(elapsed - truth_elapsed) <= max(0.1, 0.2 * truth_elapsed), (elapsed, truth_elapsed)
+    assert lines[-1].startswith("step 60/60 (100%) · elapsed ")
+    assert "ETA" not in lines[-1].split("|")[0]
+
+
+def test_set_total_steps_turns_the_eta_on_and_refuses_a_bad_total(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A total given at run time (e.g. len(loader) * epochs) shows from the next window on."""
+    with trainmon.Monitor({"steps_per_print": 2, "console": {"enabled": True}}) as monitor:
+        monitor.log({"train/loss": 1.0}, step=1)
+        monitor.log({"train/loss": 1.0}, step=2)
+        monitor.flush()
+        monitor.set_total_steps(8)
+        for step in (3, 4):
+            monitor.log({"train/loss": 1.0}, step=step)
+        with pytest.raises(ValueError, match="set_total_steps: 0: expected an integer >= 1"):
+            monitor.set_total_steps(0)
+        with pytest.raises(TypeError, match="expected an integer"):
+            monitor.set_total_steps(2.5)  # type: ignore[arg-type]
+    lines = _console_lines(capsys.readouterr().out)
+    assert lines[0].startswith("step 2 |")
+    assert lines[1].startswith("step 4/8 (50%) · elapsed ") and " · ETA " in lines[1]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, "100", True])
+def test_total_steps_config_is_validated(bad: Any) -> None:
+    """trainmon.total_steps must be an integer >= 1 (or null); the error names the key."""
+    from trainmon.config import load_config
+    from trainmon.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="total_steps"):
+        load_config({"trainmon": {"total_steps": bad}})
+
+
+def test_format_duration_is_short_and_rounded() -> None:
+    """Durations read like 4.2s, 42s, 12m, 1h05m, 2d03h."""
+    from trainmon.writers.console import format_duration
+
+    assert [format_duration(s) for s in (4.24, 42.4, 725, 3900, 183_600)] == [
+        "4.2s",
+        "42s",
+        "12m",
+        "1h05m",
+        "2d03h",
+    ]

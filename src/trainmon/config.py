@@ -262,6 +262,12 @@ class PipelineConfig:
         "Longest wait for other ranks in a monitoring collective before giving up on it.",
         default=60.0,
     )
+    total_steps: int | None = _doc(
+        "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
+        "elapsed · ETA); null means scheduler.params.total_num_steps, or "
+        "Monitor.set_total_steps(), else no ETA.",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -688,7 +694,7 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
         _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
     pipeline = config.trainmon
-    for name in ("queue_size", "window_steps"):
+    for name in ("queue_size", "window_steps", "total_steps"):
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")

@@ -72,5 +72,12 @@ class Hparams:
     metrics: Mapping[str, Number]
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How many steps the run will take (:meth:`~trainmon.Monitor.set_total_steps`)."""
+
+    total_steps: int
+
+
 #: What :meth:`~trainmon.writers.base.Writer.write_extras` receives.
-Extra = Histogram | Text | Hparams
+Extra = Histogram | Text | Hparams | Progress

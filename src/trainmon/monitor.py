@@ -24,6 +24,7 @@ from trainmon.pipeline import Item, Observer, Pipeline
 from trainmon.records import (
     DEFAULT_BINS,
     PendingHparams,
+    PendingProgress,
     PendingText,
     check_metrics,
     check_text,
@@ -165,6 +166,16 @@ class Monitor:
         self._pipeline.put_extra(PendingHparams(record))
         if numbers:
             self.write_events(tuple(numbers.items()))
+
+    def set_total_steps(self, total_steps: int) -> None:
+        """Tell the console how many steps the run will take (for ``step 500/2000 (25%) ·
+        elapsed 12m · ETA 36m``), e.g. ``len(loader) * epochs`` // accumulation."""
+        if isinstance(total_steps, bool) or not hasattr(total_steps, "__index__"):
+            raise TypeError(f"set_total_steps: {total_steps!r}: expected an integer >= 1")
+        total = int(total_steps.__index__())
+        if total < 1:
+            raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
+        self._pipeline.put_extra(PendingProgress(total))
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainmon.events import Extra, Histogram, Hparams, HparamValue, Number, Text
+from trainmon.events import Extra, Histogram, Hparams, HparamValue, Number, Progress, Text
 from trainmon.values import is_tensor
 
 #: Buckets of a histogram unless the call says otherwise (TensorBoard's own default).
@@ -274,3 +274,15 @@ def hparam_differences(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     keys = sorted(set().union(*runs)) if runs else []
     missing = object()
     return [key for key in keys if len({repr(run.get(key, missing)) for run in runs}) > 1]
+
+
+class PendingProgress(Pending):
+    """A new total step count, for the console's progress and ETA."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, total_steps: int) -> None:
+        self.record = Progress(total_steps)
+
+    def build(self) -> Progress:
+        return self.record

@@ -120,7 +120,9 @@ def _comet(config: TrainmonConfig, place: ProcessPlace) -> Writer:
 
 
 def _total_steps(config: TrainmonConfig) -> int | None:
-    """DeepSpeed's ``scheduler.params.total_num_steps``, when the config has one."""
+    """``trainmon.total_steps``, else DeepSpeed's ``scheduler.params.total_num_steps``."""
+    if config.trainmon.total_steps is not None:
+        return config.trainmon.total_steps
     scheduler = config.raw.get("scheduler")
     params = scheduler.get("params") if isinstance(scheduler, dict) else None
     total = params.get("total_num_steps") if isinstance(params, dict) else None
