@@ -53,7 +53,8 @@ def test_full_line_reads_like_the_issue() -> None:
         _windows([StepScalars(s, float(s), values) for s in range(451, 501)])
     )
     assert stream.getvalue() == (
-        "step 500/2000 (25%) · elapsed 49s · ETA 25m | loss 2.314 | lr 3e-04 | grad_norm 0.82 | 1930 samples/s | "
+        "step 500/2000 (25%) · elapsed 49s · ETA 25m | "
+        "loss 2.314 | lr 3e-04 | grad_norm 0.82 | 1930 samples/s | "
         "step 33.1 ms (fwd 9.8 · bwd 17.2 · opt 4.1 · comm 1.2 · data 0.3 · other 0.5) | "
         "mem 1.2 GB (peak 1.9 GB) | eval/acc 0.91\n"
     )
