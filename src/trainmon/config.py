@@ -262,6 +262,17 @@ class PipelineConfig:
         "Longest wait for other ranks in a monitoring collective before giving up on it.",
         default=60.0,
     )
+    layer_stats: bool = _doc(
+        "trainmon.initialize: log layers/<group>/grad_norm, weight_norm and update_ratio at each "
+        "window end (any loop: Monitor.watch_layers), and name the groups that moved most in "
+        "spike, growth and non_finite alerts.",
+        default=False,
+    )
+    layer_stats_depth: int | None = _doc(
+        "Name components per layer group (blocks.11.attn is 3); null means top-level blocks "
+        "(blocks.11, fc1).",
+        default=None,
+    )
     total_steps: int | None = _doc(
         "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
         "elapsed · ETA); null means scheduler.params.total_num_steps, or "
@@ -694,7 +705,7 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
         _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
     pipeline = config.trainmon
-    for name in ("queue_size", "window_steps", "total_steps"):
+    for name in ("queue_size", "window_steps", "total_steps", "layer_stats_depth"):
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
@@ -35,6 +35,9 @@ from trainmon.timing import Timer
 from trainmon.values import NATIVE_TYPES, check_value
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
+
+if TYPE_CHECKING:
+    from trainmon.layer_stats import LayerWatcher
 
 _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
@@ -176,6 +179,20 @@ class Monitor:
         if total < 1:
             raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
         self._pipeline.put_extra(PendingProgress(total))
+
+    def watch_layers(
+        self, model: Any, optimizer: Any, *, every: int | None = None, depth: int | None = None
+    ) -> LayerWatcher:
+        """Log ``layers/<group>/grad_norm|weight_norm|update_ratio`` every ``every`` optimizer
+        steps (default: the window), measured by hooks on ``optimizer.step``; alerts then name
+        the groups that moved most. See :mod:`trainmon.layer_stats`; ``.remove()`` unhooks."""
+        from trainmon.layer_stats import LayerWatcher
+
+        window = self.config.trainmon.window_steps or self.config.steps_per_print
+        watcher = LayerWatcher(self, model, optimizer, every or window, depth)
+        if self.alerts is not None:
+            self.alerts.explain_with_layers()
+        return watcher
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
