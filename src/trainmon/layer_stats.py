@@ -11,7 +11,8 @@ per group of parameters:
 
 Norms are fused ``torch._foreach_norm`` kernels, folded per group on the device with one
 ``index_add_``; the weights before the step are one fused copy (``_foreach_mul``) held only
-across that step. Nothing is read on the training thread: the per-group norms are logged as
+across that step, where the update is then computed in place. A measuring step costs a few
+passes over the parameters (see ``benchmarks/README.md``); other steps only count. Nothing is read on the training thread: the per-group norms are logged as
 tensors and read by the background thread like any tensor value.
 
 Groups are the model's top-level blocks: the first component of a parameter's name, plus the
@@ -96,6 +97,7 @@ class LayerWatcher:
         self._count = 0
         self._before: list[Any] | None = None
         self._grad_norms: Any = None
+        self._before_norm: Any = None
         self._step = 0
         self._handles = [
             optimizer.register_step_pre_hook(self._pre),
@@ -120,6 +122,7 @@ class LayerWatcher:
             params = self._params
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             self._grad_norms = self._per_group(torch._foreach_norm(grads))
+            self._before_norm = self._per_group(torch._foreach_norm(params))
             self._before = list(torch._foreach_mul(params, 1.0))  # one fused copy
         self._step = self._start + self._count
 
@@ -133,9 +136,9 @@ class LayerWatcher:
         with torch.no_grad():
             params = self._params
             weight = self._per_group(torch._foreach_norm(params))
-            before_norm = self._per_group(torch._foreach_norm(before))
-            delta = self._per_group(torch._foreach_norm(torch._foreach_sub(params, before)))
-            ratio = delta / before_norm.clamp_min(1e-12)
+            torch._foreach_sub_(before, params)  # the update, in the copy's own memory
+            delta = self._per_group(torch._foreach_norm(before))
+            ratio = delta / self._before_norm.clamp_min(1e-12)
         values: list[tuple[str, Any, int]] = []
         step = self._step
         for suffix, tensor in ((_GRAD, self._grad_norms), (_WEIGHT, weight), (_UPDATE, ratio)):
