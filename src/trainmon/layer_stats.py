@@ -12,8 +12,9 @@ per group of parameters:
 Norms are fused ``torch._foreach_norm`` kernels, folded per group on the device with one
 ``index_add_``; the weights before the step are one fused copy (``_foreach_mul``) held only
 across that step, where the update is then computed in place. A measuring step costs a few
-passes over the parameters (see ``benchmarks/README.md``); other steps only count. Nothing is read on the training thread: the per-group norms are logged as
-tensors and read by the background thread like any tensor value.
+passes over the parameters (see ``benchmarks/README.md``); other steps only count. Nothing
+is read on the training thread: the per-group norms are logged as tensors and read by the
+background thread like any tensor value.
 
 Groups are the model's top-level blocks: the first component of a parameter's name, plus the
 index when that child is a container (``blocks.11``, ``layers.0``, ``fc1``); ``depth`` takes
