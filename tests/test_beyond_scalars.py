@@ -389,3 +389,39 @@ def test_format_duration_is_short_and_rounded() -> None:
         "1h05m",
         "2d03h",
     ]
+
+
+def test_live_progress_line_in_a_terminal_and_plain_lines_elsewhere(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``console.live: "on"`` keeps one line rewritten in place (``\\r`` + erase) between the
+    window lines, each window line replacing it, and the run ends on a fresh line; "auto" on a
+    stream that is not a terminal (here, captured stdout) prints plain lines only."""
+    import re
+    import time
+
+    def run(live: str) -> str:
+        config = {
+            "steps_per_print": 10,
+            "console": {"enabled": True, "live": live},
+            "trainmon": {"total_steps": 20},
+        }
+        with trainmon.Monitor(config) as monitor:
+            for step in range(1, 21):
+                time.sleep(0.025)
+                monitor.log({"train/loss": 1.0}, step=step)
+                if step % 5 == 0:
+                    monitor.flush()  # let the background see each step batch
+        return capsys.readouterr().out
+
+    plain = run("auto")
+    assert "\r" not in plain and "\x1b" not in plain
+    assert [line.split(" ")[1] for line in plain.splitlines()] == ["10/20", "20/20"]
+    live = run("on")
+    assert live.endswith("\n")
+    pieces = live.split("\r\x1b[K")
+    between = r"step 1[1-9]/20 \(\d+%\) · elapsed \S+ · ETA \S+"
+    assert any(re.fullmatch(between, p) for p in pieces), pieces  # live, after a window
+    window_lines = [p for p in pieces if "|" in p]
+    assert [p.split(" ")[1] for p in window_lines] == ["10/20", "20/20"]
+    assert all(p.endswith("\n") for p in window_lines)

@@ -71,6 +71,11 @@ class ConsoleConfig:
 
     enabled: bool = _doc("Print progress lines.", default=True)
     stream: Literal["stdout", "stderr"] = _doc("Where the lines go.", default="stdout")
+    live: Literal["auto", "on", "off"] = _doc(
+        'One live progress line, rewritten in place between window lines: "auto" when the '
+        "stream is an interactive terminal (never for files, pipes or log collectors).",
+        default="auto",
+    )
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,10 @@ def format_duration(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
+#: The live progress line is rewritten at most this often (seconds of logged wall time).
+LIVE_EVERY_S = 0.2
+
+
 class ProgressClock:
     """Progress, elapsed time and ETA from the windows' own times (no clock of its own).
 
@@ -282,6 +286,20 @@ class ProgressClock:
             parts.append(f"ETA {format_duration((total_steps - done) * per_step)}")
         return " · ".join(parts)
 
+    def peek(self, step: int, now: float, total_steps: int | None) -> str:
+        """The live line's progress at ``step`` (between windows), from the windows' rate."""
+        if self._start is None:
+            return ""
+        parts = [f"elapsed {format_duration(now - self._start)}"]
+        if total_steps:
+            parts.insert(0, f"({100 * step / total_steps:.0f}%)")
+            (old_step, old_time), (new_step, new_time) = self._marks[0], self._marks[-1]
+            if step < total_steps and new_step > old_step and new_time > old_time:
+                per_step = (new_time - old_time) / (new_step - old_step)
+                eta = (total_steps - step) * per_step
+                parts.append(f"ETA {format_duration(eta)}")
+        return " · ".join(parts)
+
 
 class ConsoleWriter(Writer):
     """Prints one line per completed window; per-step records are not printed."""
@@ -303,9 +321,34 @@ class ConsoleWriter(Writer):
         """The job's process count; 1 hides ``comm``."""
         self.location = "stdout" if stream is None else getattr(stream, "name", "stream")
         self._clock = ProgressClock()
+        self.live = False
+        """Keep one progress line rewritten in place between window lines (a terminal only)."""
+        self._live_shown = False
+        self._live_at = 0.0
+
+    def is_terminal(self) -> bool:
+        """Whether the stream is an interactive terminal (not a file, pipe or collector)."""
+        stream = self._stream or sys.stdout
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
 
     def write(self, records: Sequence[StepScalars]) -> None:
-        pass
+        """Per-step records: only the live line uses them (at most :data:`LIVE_EVERY_S`)."""
+        if not self.live or not records:
+            return
+        record = records[-1]
+        if record.wall_time - self._live_at < LIVE_EVERY_S:
+            return
+        self._live_at = record.wall_time
+        total = self.total_steps
+        text = f"step {record.step}" + (f"/{total}" if total else "")
+        progress = self._clock.peek(record.step, record.wall_time, total)
+        stream = self._stream or sys.stdout
+        stream.write(f"\r\x1b[K{text}{' ' + progress if progress else ''}")
+        stream.flush()
+        self._live_shown = True
 
     def write_extras(self, records: Sequence[Extra]) -> None:
         """A :class:`~trainmon.events.Progress` sets the total (histograms etc. are not shown)."""
@@ -315,6 +358,9 @@ class ConsoleWriter(Writer):
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         stream = self._stream or sys.stdout
+        if self._live_shown:  # the window line replaces the live line
+            stream.write("\r\x1b[K")
+            self._live_shown = False
         for window in windows:
             progress = self._clock.describe(window, self.total_steps)
             line = format_window(
@@ -331,4 +377,7 @@ class ConsoleWriter(Writer):
         (self._stream or sys.stdout).flush()
 
     def close(self) -> None:
+        if self._live_shown:  # leave the terminal on a fresh line
+            (self._stream or sys.stdout).write("\n")
+            self._live_shown = False
         self.flush()
