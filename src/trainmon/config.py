@@ -72,6 +72,11 @@ class ConsoleConfig:
 
     enabled: bool = _doc("Print progress lines.", default=True)
     stream: Literal["stdout", "stderr"] = _doc("Where the lines go.", default="stdout")
+    live: Literal["auto", "on", "off"] = _doc(
+        'One live progress line, rewritten in place between window lines: "auto" when the '
+        "stream is an interactive terminal (never for files, pipes or log collectors).",
+        default="auto",
+    )
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,23 @@ class PipelineConfig:
         "Longest close() (and so process exit) waits for writers and alert sinks to finish; "
         "what they did not deliver by then is listed in one warning.",
         default=5.0,
+    )
+    layer_stats: bool = _doc(
+        "trainmon.initialize: log layers/<group>/grad_norm, weight_norm and update_ratio at each "
+        "window end (any loop: Monitor.watch_layers), and name the groups that moved most in "
+        "spike, growth and non_finite alerts.",
+        default=False,
+    )
+    layer_stats_depth: int | None = _doc(
+        "Name components per layer group (blocks.11.attn is 3); null means top-level blocks "
+        "(blocks.11, fc1).",
+        default=None,
+    )
+    total_steps: int | None = _doc(
+        "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
+        "elapsed · ETA); null means scheduler.params.total_num_steps, or "
+        "Monitor.set_total_steps(), else no ETA.",
+        default=None,
     )
 
 
@@ -887,7 +909,7 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
     # a file sink without a path needs a run folder: known only once the outputs are known
     check_sinks(config.alerts.sinks, has_run_dir=has_run_dir)
     pipeline = config.trainmon
-    for name in ("queue_size", "window_steps"):
+    for name in ("queue_size", "window_steps", "total_steps", "layer_stats_depth"):
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")

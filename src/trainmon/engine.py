@@ -404,6 +404,9 @@ class TrainmonEngine:
         self.training_dataloader = (
             None if training_data is None else self._dataloader(training_data, collate_fn)
         )
+        layers = self.monitor.config.trainmon
+        if layers.layer_stats:  # per-layer health, hooked on the optimizer's step
+            self.monitor.watch_layers(module, self.optimizer, depth=layers.layer_stats_depth)
 
     # ---- DeepSpeed's training API (the hot path) ----------------------------------------
 

@@ -17,6 +17,17 @@ Schema version 1, one JSON object per line, append-only:
   ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
   :mod:`trainmon.aggregate`).
 
+* ``{"v": 1, "kind": "histogram", "name": str, "step": int, "time": <unix s>, "edges":
+  [n, ...], "counts": [int, ...], "min": n, "max": n, "num": int, "sum": n, "sum_squares": n,
+  "non_finite": int}`` — one :meth:`~trainmon.Monitor.log_histogram` call: ``len(edges) ==
+  len(counts) + 1`` equal-width buckets over the finite values; ``num``/``sum``/
+  ``sum_squares`` cover those, NaN and ±Inf are counted in ``non_finite``.
+* ``{"v": 1, "kind": "text", "name": str, "step": int, "time": <unix s>, "text": str}`` —
+  one :meth:`~trainmon.Monitor.log_text` call.
+* ``{"v": 1, "kind": "hparams", "step": int, "time": <unix s>, "hparams": {key: str | number
+  | bool}, "metrics": {name: number}}`` — the run's hyper-parameters (flat ``a.b`` keys), part
+  of the run's description like ``meta``; a later one adds to and overrides an earlier one.
+
 Readers must skip kinds they do not know; later versions only add kinds and keys.
 
 A run resumed from a checkpoint (see ``Monitor.load_state_dict``) writes, after its ``meta``
@@ -197,6 +208,16 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         values = record.get("values")
         if isinstance(values, dict):
             record["values"] = {k: decode_value(v) for k, v in values.items()}
+        kind = record.get("kind")
+        if kind == "histogram":
+            for key in ("min", "max", "sum", "sum_squares"):
+                if key in record:
+                    record[key] = decode_value(record[key])
+        elif kind == "hparams":
+            for key in ("hparams", "metrics"):
+                found = record.get(key)
+                if isinstance(found, dict):
+                    record[key] = {k: decode_value(v) for k, v in found.items()}
         stats = record.get("stats")
         if isinstance(stats, dict):
             record["stats"] = {

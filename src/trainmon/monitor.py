@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from functools import partial
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
@@ -27,9 +27,19 @@ from trainmon.checkpoint import (
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
-from trainmon.events import StepScalars
+from trainmon.events import Hparams, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
+from trainmon.records import (
+    DEFAULT_BINS,
+    PendingHparams,
+    PendingProgress,
+    PendingText,
+    check_metrics,
+    check_text,
+    flatten_hparams,
+    snapshot_histogram,
+)
 from trainmon.timing import Timer
 from trainmon.values import (
     CAPTURED,
@@ -45,6 +55,9 @@ from trainmon.values import (
 )
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
+
+if TYPE_CHECKING:
+    from trainmon.layer_stats import LayerWatcher
 
 _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
@@ -171,6 +184,66 @@ class Monitor:
             step = check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
+    def log_histogram(
+        self, name: str, values: Any, step: int | None = None, *, bins: int = DEFAULT_BINS
+    ) -> None:
+        """Record the distribution of a tensor or array at ``step`` (default: :attr:`step`).
+
+        The values are copied now (a tensor is cloned on its device, without a sync), so a later
+        in-place change is not seen; the background thread bins them into ``bins`` equal-width
+        buckets and writes a TensorBoard histogram, a W&B histogram and a journal record.
+        """
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_histogram({name!r})")
+        self._pipeline.put_extra(snapshot_histogram(name, values, at, time.time(), bins))
+
+    def log_text(self, name: str, text: str, step: int | None = None) -> None:
+        """Record a piece of text (a generated sample, a note) at ``step`` (TensorBoard's text
+        dashboard, a W&B table, the journal)."""
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_text({name!r})")
+        self._pipeline.put_extra(PendingText(Text(name, at, time.time(), check_text(name, text))))
+
+    def log_hparams(
+        self, hparams: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record the run's hyper-parameters, and optionally the metrics that judge them.
+
+        Nested mappings are flattened (``optimizer.lr``). They go to TensorBoard's hparams
+        dashboard, W&B's config, MLflow's params and the journal (what ``trainmon compare`` and
+        ``report`` diff between runs); ``metrics`` are also logged as scalars at :attr:`step`.
+        """
+        flat = flatten_hparams(hparams)
+        numbers = check_metrics(metrics)
+        record = Hparams(time.time(), self._step, flat, numbers)
+        self._pipeline.put_extra(PendingHparams(record))
+        if numbers:
+            self.write_events(tuple(numbers.items()))
+
+    def set_total_steps(self, total_steps: int) -> None:
+        """Tell the console how many steps the run will take (for ``step 500/2000 (25%) ·
+        elapsed 12m · ETA 36m``), e.g. ``len(loader) * epochs`` // accumulation."""
+        if isinstance(total_steps, bool) or not hasattr(total_steps, "__index__"):
+            raise TypeError(f"set_total_steps: {total_steps!r}: expected an integer >= 1")
+        total = int(total_steps.__index__())
+        if total < 1:
+            raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
+        self._pipeline.put_extra(PendingProgress(total))
+
+    def watch_layers(
+        self, model: Any, optimizer: Any, *, every: int | None = None, depth: int | None = None
+    ) -> LayerWatcher:
+        """Log ``layers/<group>/grad_norm|weight_norm|update_ratio`` every ``every`` optimizer
+        steps (default: the window), measured by hooks on ``optimizer.step``; alerts then name
+        the groups that moved most. See :mod:`trainmon.layer_stats`; ``.remove()`` unhooks."""
+        from trainmon.layer_stats import LayerWatcher
+
+        window = self.config.trainmon.window_steps or self.config.steps_per_print
+        watcher = LayerWatcher(self, model, optimizer, every or window, depth)
+        if self.alerts is not None:
+            self.alerts.explain_with_layers()
+        return watcher
+
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
         return Timer(self, name)
@@ -259,6 +332,13 @@ class Monitor:
             )
         if len(self._names) < _MAX_CACHED_NAMES:
             self._names.add(name)
+
+    @staticmethod
+    def _checked_step(step: Any, where: str) -> int:
+        """A step for a histogram or text record: a plain int (a device tensor is read here,
+        as these records are rare)."""
+        checked = check_step(step, where)
+        return checked if isinstance(checked, int) else int(checked)
 
     # ---- callbacks and stopping ------------------------------------------------------------
 

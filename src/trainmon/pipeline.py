@@ -27,6 +27,7 @@ from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
+from trainmon.records import Pending
 from trainmon.values import (
     CAPTURED,
     Deferred,
@@ -268,6 +269,12 @@ class Pipeline:
             count = 0
             while queue and len(batch) < _CHUNK_ENTRIES:
                 entry = queue.popleft()
+                if entry[0] is None and isinstance(entry[1], Pending):  # histogram/text/hparams
+                    self._emit(batch)
+                    self._consumed += count + 1
+                    batch, count = [], 0
+                    self._write_extra(entry[1])
+                    continue
                 if entry[0] is None:  # a flush request: write what came before it, then ack
                     self._emit(batch)
                     self._consumed += count
@@ -287,6 +294,20 @@ class Pipeline:
         if worked:
             self._emit_counters()
         self._close_window(final=False)
+
+    def put_extra(self, pending: Pending) -> None:
+        """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
+        self.put((None, pending, (), False), 1)
+
+    def _write_extra(self, pending: Pending) -> None:
+        """Build the record (bin a histogram, ...) and hand it to the writers."""
+        try:
+            record = pending.build()
+        except Exception:
+            self._count_internal_error(f"could not build {type(pending).__name__}")
+            return
+        if record is not None:
+            self.writers.write_extras([record])
 
     def _close_window(self, final: bool) -> None:
         """Hand a window that is complete (or, at shutdown, any open window) to the writers."""

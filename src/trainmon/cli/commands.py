@@ -8,12 +8,13 @@ from pathlib import Path
 
 import orjson
 
+from trainmon.report.extras import hparam_rows
 from trainmon.report.html import too_many_runs, write_report
 from trainmon.report.loading import load_run
 from trainmon.report.model import Run, RunError
 from trainmon.report.summary import compare as compare_runs
 from trainmon.report.summary import summarize
-from trainmon.report.text import render_compare, render_summary
+from trainmon.report.text import render_compare, render_hparam_differences, render_summary
 
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
 
@@ -86,6 +87,11 @@ def compare(args: argparse.Namespace) -> int:
     _unique_names(runs)
     a, b = (summarize(run) for run in runs)
     rows = compare_runs(a, b)
+    hparams = [
+        {"key": key, "a": values[0], "b": values[1]}
+        for key, values, differs in hparam_rows(runs)
+        if differs
+    ]
     if args.json:
         _print_json(
             {
@@ -101,10 +107,13 @@ def compare(args: argparse.Namespace) -> int:
                     }
                     for r in rows
                 ],
+                "hparams": hparams,
             }
         )
     else:
         print(render_compare(a, b, rows))
+        if hparams:
+            print(render_hparam_differences(hparams))
     return 0
 
 

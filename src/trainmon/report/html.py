@@ -23,6 +23,7 @@ import orjson
 
 from trainmon.report.charts import PALETTE, alert_marks, plan_charts
 from trainmon.report.downsample import DEFAULT_BUCKETS
+from trainmon.report.extras import histograms_section, hparams_section, texts_section
 from trainmon.report.model import FAMILIES, Run, RunError
 from trainmon.report.summary import RunSummary, key_rows, summarize
 from trainmon.report.text import duration, figure, number, percent
@@ -94,7 +95,10 @@ def render_report(
         "<main>",
         _overview(summaries),
         _alerts(runs),
+        hparams_section(runs),
         *(_family(f, [c for c in charts if c["family"] == f]) for f in FAMILIES if counts[f]),
+        histograms_section(runs),
+        texts_section(runs),
         _metric_tables(summaries),
         "</main>",
         f"<footer>Written by trainmon {_e(__version__)} on "

@@ -286,6 +286,7 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     columns = _Columns()
     windows = _WindowRecords(path)
     metas: list[dict[str, Any]] = []
+    extras: list[dict[str, Any]] = []
     step_count = 0
     seen_max = -(1 << 63)
     steps: set[int] | None = None  # only needed once steps stop rising
@@ -342,6 +343,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
             windows.offsets.append(offset)
         elif kind == "meta":
             metas.append(record)
+        elif kind in _EXTRA_KINDS:
+            extras.append(record)
     if pending is not None:
         cut_short = True
     columns.flush()
@@ -380,7 +383,41 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         run.notes.append(f"skipped {columns.dropped} value(s) that are not numbers")
     run.series = _finish(dict(columns.raw), run.notes)
     run.alerts = load_alerts(path.parent, run.notes)
+    _add_extras(run, extras)
     return run
+
+
+_EXTRA_KINDS = frozenset({"hparams", "histogram", "text"})
+
+
+def _add_extras(run: Run, records: list[dict[str, Any]]) -> None:
+    """Hyper-parameters, histograms and text of the journal (see :mod:`trainmon.journal`)."""
+    bad = 0
+    for record in records:
+        kind = record["kind"]
+        if kind == "hparams":
+            hparams = record.get("hparams")
+            if isinstance(hparams, dict):
+                run.hparams.update(hparams)
+            else:
+                bad += 1
+            continue
+        name, step = record.get("name"), record.get("step")
+        if not isinstance(name, str) or step.__class__ is not int:
+            bad += 1
+        elif kind == "text":
+            if isinstance(record.get("text"), str):
+                run.texts.append(record)
+            else:
+                bad += 1
+        elif isinstance(record.get("counts"), list) and isinstance(record.get("edges"), list):
+            for key in ("min", "max", "sum", "sum_squares"):
+                record[key] = _number(record.get(key))
+            run.histograms.setdefault(name, []).append(record)
+        else:
+            bad += 1
+    if bad:
+        run.notes.append(f"skipped {bad} unreadable hparams/histogram/text record(s)")
 
 
 def _time_of(record: dict[str, Any] | None) -> float | None:

@@ -128,6 +128,12 @@ class Run:
     """Lines of ``alerts.jsonl`` next to the run (``Alert.as_dict()``), in file order."""
     meta: dict[str, Any] = field(default_factory=dict)
     """The last ``meta`` record of the journal (job, rank, world_size, host, ...)."""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The journal's ``hparams`` records merged in order (flat ``a.b`` keys; later wins)."""
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The journal's ``histogram`` records by name, in file order."""
+    texts: list[dict[str, Any]] = field(default_factory=list)
+    """The journal's ``text`` records, in file order."""
     start_time: float | None = None
     end_time: float | None = None
     step_count: int = 0

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 
 _log = get_logger("writers")
@@ -66,6 +66,10 @@ class Writer(abc.ABC):
         added to ``trainmon/dropped_events``. Writers that never give up keep 0."""
         return 0
 
+    def write_extras(self, records: Sequence[Extra]) -> None:  # noqa: B027 - optional hook
+        """Receive histograms, text and hyper-parameters (:mod:`trainmon.events`), in stream
+        order; a backend that cannot show a kind ignores it (the default ignores all)."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
 
@@ -114,6 +118,14 @@ class WriterGroup:
                     writer.write(means)
             except Exception:
                 self._failed(writer, "write_windows")
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters to every writer (whatever its ``every``)."""
+        for writer in self.writers:
+            try:
+                writer.write_extras(records)
+            except Exception:
+                self._failed(writer, "write_extras")
 
     def flush(self) -> None:
         for writer in self.writers:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer, WriterGroup
 
@@ -109,6 +109,8 @@ class _Lane:
                     self.group.write(payload)
                 elif what == "windows":
                     self.group.write_windows(payload)
+                elif what == "extras":
+                    self.group.write_extras(payload)
                 elif what == "flush":
                     self.group.flush()
                     if payload is not None:
@@ -157,6 +159,12 @@ class WriterLanes:
         """Completed windows, to every writer (see :meth:`WriterGroup.write_windows`)."""
         for lane in self._lanes:
             self._put(lane, ("windows", windows, len(windows)))
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters, to every writer (see
+        :meth:`WriterGroup.write_extras`)."""
+        for lane in self._lanes:
+            self._put(lane, ("extras", records, len(records)))
 
     def flush(self, barrier: FlushBarrier | None = None) -> None:
         """Ask every lane to flush; ``barrier`` (from :meth:`barrier`) is told when each did."""
