@@ -342,3 +342,29 @@ def test_capture_reads_no_value_on_the_calling_thread(tmp_path: Path) -> None:
     journal = _journal(tmp_path)
     assert journal["b"][-1] == (29, 58.0) and journal["c"][-1] == (29, 29)
     assert journal["e"][-1] == (29, 29.0) and len(journal["a"]) == 30
+
+
+def test_the_background_thread_waits_for_the_copy_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an accelerator the call records an event after the copy and only the background
+    thread waits on it, before reading the copy (simulated: an event that records who waits)."""
+    import threading
+
+    import trainmon.values as values_module
+
+    caller = threading.get_ident()
+    waits: list[int] = []
+
+    class Event:
+        def synchronize(self) -> None:
+            waits.append(threading.get_ident())
+
+    monkeypatch.setattr(values_module, "_event_after", lambda torch, copy: Event())
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        for step in range(10):
+            monitor.write_events([("a", torch.tensor(1.0 * step), step)])
+            monitor.log({"b": torch.tensor(step), "c": torch.tensor([2.0])}, step=step)
+    assert len(waits) >= 20 and caller not in waits
+    journal = _journal(tmp_path)
+    assert journal["a"][-1] == (9, 9.0) and journal["b"][-1] == (9, 9)

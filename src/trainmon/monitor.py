@@ -63,6 +63,8 @@ _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
 # int values the fast path takes as they are; others go to the full check (floats' range)
 _INT_MIN, _INT_MAX = INT64_MIN, INT64_MAX
+# exact types seen to be torch tensors (Tensor, Parameter, subclasses): one set lookup per value
+_TENSOR_KINDS: set[type] = set()
 
 
 class Monitor:
@@ -154,8 +156,10 @@ class Monitor:
                 value = item[1]
                 kind = type(value)
                 if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
-                    if not is_tensor(value):
-                        break
+                    if kind not in _TENSOR_KINDS:
+                        if not is_tensor(value):
+                            break
+                        _TENSOR_KINDS.add(kind)
                     tensors.append(value)  # stays in its (immutable) tuple as a placeholder
                 if len(item) != 2 and (
                     len(item) != 3

@@ -2,7 +2,8 @@
 
 The training thread appends ``(wall_time, default_step, items, needs_resolving)`` entries to a
 deque (thread-safe, no lock). The background thread wakes every few milliseconds, drains the
-deque, resolves numpy and tensor values in batches, groups values by step into
+deque, reads the tensor copies captured at the call (a :class:`~trainmon.values.Snapshot` per
+call) and resolves trainmon's own deferred and tensor values in batches, groups values by step into
 :class:`~trainmon.events.StepScalars`, and hands them to the writers; it flushes the writers
 at least every ``flush_interval_s``.
 
