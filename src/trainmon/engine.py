@@ -977,7 +977,7 @@ def initialize(
         config = getattr(deepspeed_kwargs.get("args"), "deepspeed_config", None)
     if model is None:
         raise EngineUsageError("initialize() needs model=: the torch.nn.Module to train")
-    cfg = load_config(config)
+    cfg = load_config(config, engine=True)
     batch = resolve_batch_sizes(
         cfg.train_batch_size,
         cfg.train_micro_batch_size_per_gpu,

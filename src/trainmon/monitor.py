@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import signal
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from functools import partial
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -29,12 +31,25 @@ from trainmon.events import StepScalars
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
 from trainmon.timing import Timer
-from trainmon.values import NATIVE_TYPES, check_value
+from trainmon.values import (
+    CAPTURED,
+    INT64_MAX,
+    INT64_MIN,
+    Deferred,
+    Snapshot,
+    capture,
+    check_step,
+    check_value,
+    is_tensor,
+    plain_number,
+)
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
 
 _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
+# int values the fast path takes as they are; others go to the full check (floats' range)
+_INT_MIN, _INT_MAX = INT64_MIN, INT64_MAX
 
 
 class Monitor:
@@ -75,6 +90,11 @@ class Monitor:
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
         self._closed = False
+        # why events can no longer be written ("closed", "forked"), checked once per call
+        self._unusable: str | None = None
+        self._unwritable = 0
+        self._warned_unusable: set[str] = set()
+        self._pid = os.getpid()
         self.callbacks: list[Any] = []
         self._stop_reason: str | None = None
         if self.alerts is not None:
@@ -90,33 +110,56 @@ class Monitor:
 
     @step.setter
     def step(self, value: int) -> None:
-        if type(value) is not int:
+        if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
             if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise TypeError(f"Monitor.step = {value!r}: expected an integer")
-            value = value.__index__()
+            try:
+                value = operator.index(value)
+            except Exception as exc:
+                raise TypeError(f"Monitor.step = {value!r}: not one integer ({exc})") from None
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise ValueError(f"Monitor.step = {value}: outside -2**63 <= step < 2**63")
         self._step = value
 
     def write_events(self, events: Iterable[Item]) -> None:
-        """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once."""
+        """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once.
+
+        What is recorded is each value as it is at this call: the events are taken out of the
+        caller's containers and tensors are captured (copied on their device, not read), so
+        changing them afterwards changes nothing. Bad input raises here, naming the metric.
+        """
+        if self._unusable is not None:
+            self._drop_unwritable(events)
+            return
         items = events if type(events) is tuple else tuple(events)
         names = self._names
+        tensors: list[Any] = []
         try:
-            for item in items:
-                if (
-                    item[0] not in names
-                    or type(item[1]) not in NATIVE_TYPES
-                    or (len(item) != 2 and (len(item) != 3 or type(item[2]) is not int))
+            for item in items:  # the fast path: tuples of a known name, a number, an int step
+                if type(item) is not tuple or item[0] not in names:
+                    break
+                value = item[1]
+                kind = type(value)
+                if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
+                    if not is_tensor(value):
+                        break
+                    tensors.append(value)  # stays in its (immutable) tuple as a placeholder
+                if len(item) != 2 and (
+                    len(item) != 3
+                    or type(item[2]) is not int
+                    or not INT64_MIN <= item[2] <= INT64_MAX
                 ):
                     break
             else:
                 if items:
-                    self._pipeline.put((time.time(), self._step, items, False), len(items))
+                    flag = capture(tensors, partial(_tensor_names, items)) if tensors else False
+                    self._pipeline.put((time.time(), self._step, items, flag), len(items))
                 return
         except (TypeError, IndexError, KeyError):
             pass
-        checked = self._check_slowly(items)
+        checked, flag = self._check_slowly(items)
         if checked:
-            self._pipeline.put((time.time(), self._step, checked, True), len(checked))
+            self._pipeline.put((time.time(), self._step, checked, flag), len(checked))
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record a ``{name: value}`` mapping at ``step`` (default: :attr:`step`)."""
@@ -125,7 +168,7 @@ class Monitor:
         if step is None:
             self.write_events(tuple(metrics.items()))
         else:
-            self._check_step(step, "log(step=...)")
+            step = check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
     def timer(self, name: str) -> Timer:
@@ -135,15 +178,28 @@ class Monitor:
     def _enqueue(self, items: tuple[Item, ...], resolve: bool = False) -> None:
         """Queue events built by trainmon itself (already valid) at the current step.
 
-        ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`.
+        ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`. Tensors
+        given here are read later, as they are then: producers pass tensors nobody changes
+        afterwards (a fresh ``loss.detach()``, a norm just computed).
         """
+        if self._unusable is not None:
+            self._drop_unwritable(items)
+            return
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
     # ---- checks off the fast path ----------------------------------------------------------
 
-    def _check_slowly(self, items: Sequence[Any]) -> list[Item]:
-        """Full check with messages that name the metric; drops ``None`` values with a notice."""
+    def _check_slowly(self, items: Sequence[Any]) -> tuple[list[Item], bool | Snapshot]:
+        """Full check with messages that name the metric; drops ``None`` values with a notice.
+
+        Returns new tuples (nothing of the caller's is kept but immutable numbers, names and
+        :class:`Deferred` values) and the entry's flag: the :class:`Snapshot` of the call's
+        tensors, True when :class:`Deferred` values need resolving, else False.
+        """
         kept: list[Item] = []
+        tensors: list[Any] = []
+        tensor_names: list[str] = []
+        deferred = False
         for item in items:
             if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
                 raise TypeError(
@@ -151,16 +207,42 @@ class Monitor:
                     f"tuple, got {item!r}"
                 )
             name = item[0]
-            self._check_name(name)
-            if len(item) == 3 and item[2] is not None:
-                self._check_step(item[2], f"metric {name!r}")
-            if not check_value(name, item[1]):
-                if name not in self._warned_none:
-                    self._warned_none.add(name)
-                    _log.info("metric %r has no value yet (None); skipped until it has one", name)
-                continue
-            kept.append(item)
-        return kept
+            value = item[1]
+            step = item[2] if len(item) == 3 else None
+            if type(name) is not str or name not in self._names:
+                self._check_name(name)
+            if step is not None and (type(step) is not int or not INT64_MIN <= step <= INT64_MAX):
+                step = check_step(step, f"metric {name!r}")
+                if is_tensor(step):
+                    tensors.append(step)
+                    tensor_names.append(name)
+                    step = CAPTURED
+            kind = type(value)
+            if kind is float or (kind is int and _INT_MIN <= value <= _INT_MAX):
+                pass
+            elif is_tensor(value):  # checked by capture(), on the stacked copy when it can
+                tensors.append(value)
+                tensor_names.append(name)
+                value = CAPTURED
+            else:
+                if not check_value(name, value):
+                    if name not in self._warned_none:
+                        self._warned_none.add(name)
+                        _log.info(
+                            "metric %r has no value yet (None); skipped until it has one", name
+                        )
+                    if step is CAPTURED:
+                        tensors.pop()
+                        tensor_names.pop()
+                    continue
+                if isinstance(value, Deferred):
+                    deferred = True
+                else:
+                    value = plain_number(value)
+            kept.append((name, value) if step is None else (name, value, step))
+        if tensors:
+            return kept, capture(tensors, tensor_names)
+        return kept, deferred
 
     def _check_name(self, name: Any) -> None:
         if type(name) is not str:
@@ -171,11 +253,6 @@ class Monitor:
             )
         if len(self._names) < _MAX_CACHED_NAMES:
             self._names.add(name)
-
-    @staticmethod
-    def _check_step(step: Any, where: str) -> None:
-        if isinstance(step, bool) or not hasattr(step, "__index__"):
-            raise TypeError(f"{where}: step {step!r} is not an integer")
 
     # ---- callbacks and stopping ------------------------------------------------------------
 
@@ -335,8 +412,38 @@ class Monitor:
 
     @property
     def dropped_events(self) -> int:
-        """Events dropped on a full queue (also the ``trainmon/dropped_events`` metric)."""
-        return self._pipeline.dropped
+        """Events dropped: on a full queue (also the ``trainmon/dropped_events`` metric), and
+        events logged after :meth:`close` or in a forked child (which nothing writes)."""
+        return self._pipeline.dropped + self._unwritable
+
+    def _drop_unwritable(self, events: Iterable[Any]) -> None:
+        """Count (and, once per reason, say) that events came when nothing can write them."""
+        count = len(events) if isinstance(events, Sized) else sum(1 for _ in events)
+        self._unwritable += count
+        reason = self._unusable
+        if reason is None or reason in self._warned_unusable:
+            return
+        self._warned_unusable.add(reason)
+        if reason == "closed":
+            why = "it is closed: events logged after close() are not written"
+        else:
+            why = (
+                f"this process ({os.getpid()}) is a fork of the one that created it "
+                f"({self._pid}), where its background writer runs: events logged here are not "
+                f"written; create a Monitor in the child instead"
+            )
+        _log.warning(
+            "%r: %s (%d dropped so far, counted in Monitor.dropped_events; "
+            "this warning is shown once)",
+            self,
+            why,
+            self._unwritable,
+        )
+
+    def _forked(self) -> None:
+        """In a forked child: the pipeline's thread did not survive the fork."""
+        if self._unusable is None:
+            self._unusable = "forked"
 
     def flush(self, timeout: float | None = None) -> bool:
         """Return once every earlier event is written and flushed by every writer."""
@@ -347,6 +454,8 @@ class Monitor:
         if self._closed:
             return
         self._closed = True
+        if self._unusable is None:
+            self._unusable = "closed"
         self._pipeline.close()
         if self.alerts is not None:
             self.alerts.close()
@@ -366,6 +475,11 @@ class Monitor:
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
+
+
+def _tensor_names(items: Sequence[Item]) -> list[str]:
+    """The names of the tensor values of fast-path items, in order (for error messages)."""
+    return [item[0] for item in items if is_tensor(item[1])]
 
 
 def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:
@@ -411,6 +525,11 @@ def close_all() -> None:
             _log.warning("closing %r failed", monitor, exc_info=True)
 
 
+def _after_fork_in_child() -> None:
+    for monitor in list(_live):
+        monitor._forked()
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     close_all()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -424,6 +543,8 @@ def _register(monitor: Monitor) -> None:
         return
     _hooks_installed = True
     atexit.register(close_all)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
     # Only take SIGTERM when nobody else has: a user's or a framework's handler wins.
     if threading.current_thread() is threading.main_thread():
         try:

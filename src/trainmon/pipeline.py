@@ -24,13 +24,23 @@ from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.values import Deferred, is_tensor, plain_number, resolve_tensors
+from trainmon.values import (
+    CAPTURED,
+    Deferred,
+    Snapshot,
+    is_tensor,
+    plain_number,
+    resolve_tensors,
+)
 from trainmon.writers.base import WriterGroup
 
 _log = get_logger("pipeline")
 
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
-Entry = tuple[Any, Any, Sequence[Item], bool]
+#: (wall time, default step, items, flag): the flag is False for plain numbers, True when values
+#: need resolving, or the call's :class:`~trainmon.values.Snapshot` (items then hold
+#: :data:`~trainmon.values.CAPTURED` where a captured tensor's value or step goes).
+Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
@@ -310,6 +320,9 @@ class Pipeline:
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved = iter(self._resolve_tensors(batch))
+        captured = iter(
+            [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
+        )
         records: list[StepScalars] = []
         current_step: object = None
         values: dict[str, Number] = {}
@@ -332,6 +345,8 @@ class Pipeline:
                     name, value, step = item
                     if step is None:
                         step = default_step
+                    elif step is CAPTURED:  # captured before the value of the same item
+                        step = int(next(captured))
                     elif type(step) is not int:
                         step = int(step)
                 if step != current_step:
@@ -341,12 +356,14 @@ class Pipeline:
                 if special:
                     kind = type(value)
                     if kind is not float and kind is not int:
-                        if isinstance(value, Deferred):
+                        if value is CAPTURED:
+                            value = next(captured)
+                        elif isinstance(value, Deferred):
                             value = self._resolve_deferred(name, value)
                             if value is None:
                                 continue
-                        elif is_tensor(value):
-                            value = next(resolved)
+                        elif is_tensor(value):  # captured at the call, or a producer's
+                            value = next(captured if type(special) is Snapshot else resolved)
                         else:
                             value = plain_number(value)
                 values[name] = value
@@ -362,7 +379,11 @@ class Pipeline:
     @staticmethod
     def _resolve_tensors(batch: list[Entry]) -> list[Number]:
         tensors = [
-            item[1] for entry in batch if entry[3] for item in entry[2] if is_tensor(item[1])
+            item[1]
+            for entry in batch
+            if entry[3] is True
+            for item in entry[2]
+            if is_tensor(item[1])
         ]
         return resolve_tensors(tensors) if tensors else []
 

@@ -7,6 +7,7 @@ onto trainmon's, so summaries and charts find "the loss" or "the forward time" i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,8 @@ class Series:
     """One metric over a run: ``steps`` ascending and unique, ``values`` floats (NaN kept)."""
 
     name: str
-    steps: list[int]
-    values: list[float]
+    steps: Sequence[int]
+    values: Sequence[float]
     x_unit: str = "step"
     """``"samples"`` for DeepSpeed's ``Train/Samples/*`` tags, whose x is samples seen."""
     cache: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -114,7 +115,7 @@ class Run:
     source: str
     """``"trainmon journal"`` or ``"TensorBoard events"``."""
     series: dict[str, Series] = field(default_factory=dict)
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    windows: Sequence[dict[str, Any]] = field(default_factory=list)
     """The journal's ``window`` records, as read (empty for TensorBoard folders)."""
     alerts: list[dict[str, Any]] = field(default_factory=list)
     """Lines of ``alerts.jsonl`` next to the run (``Alert.as_dict()``), in file order."""
