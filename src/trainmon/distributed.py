@@ -204,6 +204,20 @@ class CrossRankReducer:
         self._warned_steps = False
         self._table: Any = None
 
+    def close(self) -> None:
+        """Destroy the monitoring group (every rank, after the last gather), so no gloo group
+        of trainmon's is left for interpreter exit to tear down (that sometimes aborted the
+        process when the training framework never destroys its own process group)."""
+        group, self._group = self._group, None
+        self.disabled = True
+        dist = self._dist
+        if group is None or not dist.is_initialized():
+            return
+        try:
+            dist.destroy_process_group(group)
+        except Exception as exc:  # a group the backend already dropped
+            _log.debug("could not destroy the monitoring process group: %s", exc)
+
     def __call__(self, window: WindowStats) -> dict[str, Number] | None:
         """This window's cross-rank metrics on rank 0; None elsewhere or once disabled."""
         if self.disabled:

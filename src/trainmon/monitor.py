@@ -62,7 +62,7 @@ class Monitor:
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        reducer = _cross_rank_reducer(self.config, all_ranks_log)
+        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         self._step = 0
         self._names: set[str] = set()
@@ -235,6 +235,9 @@ class Monitor:
             return
         self._closed = True
         self._pipeline.close()
+        if self._reducer is not None:
+            # after the final gather: a gloo group left to interpreter exit could abort it
+            self._reducer.close()
         if self.alerts is not None:
             self.alerts.close()
         _live.discard(self)
