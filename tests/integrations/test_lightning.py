@@ -18,7 +18,13 @@ pytest.importorskip("trainmon.integrations.lightning")
 sys.path.insert(0, str(SCRIPTS))
 import lightning_worker
 
-PARTS = ("perf/data_ms", "perf/forward_ms", "perf/backward_ms", "perf/optimizer_ms")
+PARTS = (
+    "perf/data_ms",
+    "perf/forward_ms",
+    "perf/backward_inner_ms",
+    "perf/optimizer_ms",
+    "perf/comm_ms",
+)
 
 
 def check_logged_like_lightning(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 from trainmon.integrations.transformers import TrainmonCallback
 
@@ -36,9 +42,32 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+COLLATES = [0]  # collate calls so far: the test's own count of data sleeps
+
+
 def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    COLLATES[0] += 1
     time.sleep(DATA_SLEEP_S)
     return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+class CountSleeps(TrainerCallback):  # type: ignore[misc]
+    """Counts the collate sleeps in each step's data window: since the previous step's end or
+    the end of an evaluation, up to the step's begin (accelerate's loader fetches one batch
+    ahead, and evaluation collates too, so it is not always the accumulation count)."""
+
+    def __init__(self) -> None:
+        self.sleeps: dict[int, int] = {}
+        self._mark = 0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.sleeps[state.global_step + 1] = COLLATES[0] - self._mark
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mark = COLLATES[0]
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._mark = COLLATES[0]
 
 
 def train(out: Path, mode: str = "plain") -> dict[str, Any]:
@@ -86,13 +115,15 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         **({"ddp_backend": "gloo"} if world > 1 else {}),
     )
     callback = TrainmonCallback(config)
+    sleeps = CountSleeps()
+    COLLATES[0] = 0
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=Tokens(STEPS * MICRO * GAS * world, 0),
         eval_dataset=Tokens(8, 1),
         data_collator=collate,
-        callbacks=[callback],
+        callbacks=[sleeps, callback],
     )
     started = time.perf_counter()
     trainer.train()
@@ -101,6 +132,7 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         "log_history": trainer.state.log_history,
         "global_step": trainer.state.global_step,
         "wall_s": wall_s,
+        "sleeps": sleeps.sleeps,
     }
 
 

@@ -115,6 +115,16 @@ class StepInstrument:
         if self._step_start < 0.0:
             self._step_start = _clock()
 
+    def restart(self) -> None:
+        """Time from now on belongs to the next step: what ran since the last step end
+        (evaluation, checkpointing between steps) is dropped from the step time and from the
+        phases; a phase still open keeps running from now. For framework drivers."""
+        now = _clock()
+        self._step_start = now
+        clock = self._clock
+        if clock is not None:
+            clock.take(now)
+
     def data_begin(self) -> None:
         """Waiting for the next batch starts."""
         self.begin(DATA)

@@ -22,20 +22,11 @@ from typing import Any
 from trainmon.config import ConfigSource
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
-from trainmon.integrations.common import (
-    BACKWARD,
-    DATA,
-    FORWARD,
-    OPTIMIZER,
-    OTHER,
-    LazyMonitor,
-    PhaseClock,
-    cuda_device_of,
-)
+from trainmon.instrument import StepInstrument
+from trainmon.integrations.common import LazyMonitor, device_of
 from trainmon.logging import get_logger
 from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
-from trainmon.pipeline import Item
 
 _log = get_logger("lightning")
 
@@ -138,17 +129,21 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
 
 
 class TrainmonCallback(_Callback):  # type: ignore[misc]
-    """Per optimizer step: step time, throughput, breakdown, grad norm, loss and memory.
+    """Drives a :class:`~trainmon.instrument.StepInstrument` from Lightning's hooks.
 
-    ``perf/samples_per_sec`` counts the samples of the step's batches (Lightning's
-    ``extract_batch_size``). With ``wall_clock_breakdown``: ``perf/data_ms`` (previous step's
-    end → batch start), ``perf/forward_ms`` (batch start → ``on_before_backward``: the
-    ``training_step``), ``perf/backward_ms`` (through ``on_after_backward``, DDP's gradient
-    all-reduce included), ``perf/optimizer_ms`` (``on_before_optimizer_step`` → batch end).
-    ``train/grad_norm`` is the global 2-norm before the optimizer step (device operations only,
-    read in the background); ``train/loss`` the step's loss (``outputs["loss"]`` summed over the
-    accumulated batches, which Lightning divides by their number). A stop requested by an alert
-    rule sets ``trainer.should_stop``. Validation and checkpointing are not counted in steps.
+    Per optimizer step, at ``trainer.global_step``: ``perf/step_time_ms``,
+    ``perf/samples_per_sec`` (the samples of the step's batches, by Lightning's
+    ``extract_batch_size``), ``train/grad_norm`` (global 2-norm before the optimizer step:
+    device operations only, read in the background), ``train/loss`` (the step's loss from
+    ``outputs["loss"]``), ``mem/*``; with ``wall_clock_breakdown``: ``perf/data_ms`` (previous
+    batch end → batch start), ``perf/forward_ms`` (batch start → ``on_before_backward``: the
+    ``training_step``), ``perf/backward_inner_ms`` (→ ``on_after_backward``; DDP's gradient
+    all-reduce runs inside it), ``perf/optimizer_ms`` (``on_before_optimizer_step`` → batch
+    end). Validation and checkpoints between steps are not counted in the next step.
+
+    Give ``logger=`` the :class:`TrainmonLogger` of the same trainer to share its monitor and
+    gather statistics across ranks (a logger found in the trainer otherwise is still shared).
+    A stop requested by an alert rule sets ``trainer.should_stop``.
     """
 
     def __init__(
@@ -161,18 +156,17 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         self._own = LazyMonitor(config, monitor)
         self._logger = logger
         self._lazy: LazyMonitor | None = logger.share() if logger is not None else None
-        self._monitor: Monitor | None = None
-        self._clock: PhaseClock | None = None
+        self._instrument: StepInstrument | None = None
         self._samples = 0
-        self._losses: list[Any] = []
-        self._grad_norm: Any = None
+        self._accumulate = 1
         self._last_step = -1
         self._params: list[Any] = []
+        self._same_kind = True
 
     @property
     def monitor(self) -> Monitor | None:
         """The monitor once fitting has started."""
-        return self._monitor
+        return self._instrument.monitor if self._instrument is not None else None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Share a :class:`TrainmonLogger`'s monitor if the trainer has one, else build one."""
@@ -181,90 +175,90 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         loggers = [lg for lg in trainer.loggers if isinstance(lg, TrainmonLogger)]
         logger = self._logger or (loggers[0] if loggers else None)
         self._lazy = logger.bind(trainer) if logger is not None else self._own
-        monitor = self._monitor = self._lazy.get(all_ranks_log=True)
-        breakdown = self._lazy.config.wall_clock_breakdown
-        self._clock = PhaseClock(0, breakdown, cuda_device_of(pl_module))
+        monitor = self._lazy.get(all_ranks_log=True)
         monitor.step = trainer.global_step
-        self._last_step = trainer.global_step
+        self._instrument = StepInstrument(monitor, device=device_of(pl_module))
+        self._instrument.steps = self._last_step = trainer.global_step
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Close a monitor built here (a shared one closes in the logger's ``finalize``)."""
-        if stage == "fit":
-            self._own.close()
-            self._monitor = None
+        if stage != "fit":
+            return
+        inst, self._instrument = self._instrument, None
+        if inst is not None:
+            inst.close()
+        self._own.close()
 
     # ---- per batch (training thread) --------------------------------------------------
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self._clock is not None:
-            self._params = [p for p in pl_module.parameters() if p.requires_grad]
-            self._clock.restart(DATA)
+        """Note the parameters and the accumulation; the first batch's wait starts."""
+        inst = self._instrument
+        if inst is None:
+            return
+        self._params = [p for p in pl_module.parameters() if p.requires_grad]
+        self._same_kind = len({(p.device, p.dtype) for p in self._params}) <= 1
+        self._accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+        inst.restart()
+        inst.data_begin()
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
-        clock = self._clock
-        if clock is not None:
-            clock.switch(FORWARD)
+        inst = self._instrument
+        if inst is not None:
+            inst.data_end()
+            inst.forward_begin()
             self._samples += _extract_batch_size(batch)
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
-        if self._clock is not None:
-            self._clock.switch(BACKWARD)
+        inst = self._instrument
+        if inst is not None:
+            inst.forward_end()
+            inst.backward_begin()
 
     def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
-        if self._clock is not None:
-            self._clock.switch(OTHER)
+        if self._instrument is not None:
+            self._instrument.backward_end()
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         """The gradients are complete: take their norm (a device tensor, no sync)."""
-        if self._clock is None:
+        inst = self._instrument
+        if inst is None:
             return
-        self._clock.switch(OPTIMIZER)
+        inst.optimizer_begin()
         grads = [p.grad for p in self._params if p.grad is not None]
-        self._grad_norm = total_grad_norm(grads, len({(g.device, g.dtype) for g in grads}) <= 1)
+        inst.record_grad_norm(total_grad_norm(grads, self._same_kind))
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, idx: int
     ) -> None:
-        """At an optimizer step (``global_step`` moved): record the step at ``global_step``."""
-        clock, monitor = self._clock, self._monitor
-        if clock is None or monitor is None:
+        """At an optimizer step (``global_step`` moved): log the step at ``global_step``."""
+        inst = self._instrument
+        if inst is None:
             return
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None and hasattr(loss, "detach"):
-            self._losses.append(loss.detach())
+            # Lightning divides each batch's loss by the accumulation: undo it for the mean
+            loss = loss.detach()
+            inst.record_loss(loss if self._accumulate == 1 else loss * self._accumulate)
         step = trainer.global_step
-        if step == self._last_step:  # accumulating: the next batch's wait is data time
-            clock.switch(DATA)
-            return
-        self._last_step = step
-        items: list[Item] = clock.end(self._samples)
-        self._samples = 0
-        losses, self._losses = self._losses, []
-        if losses:
-            items.append(("train/loss", losses[0] if len(losses) == 1 else _sum(losses)))
-        if self._grad_norm is not None:
-            items.append(("train/grad_norm", self._grad_norm))
-            self._grad_norm = None
-        monitor.step = step
-        monitor.write_events(items)
-        if monitor.stop_reason is not None:
-            trainer.should_stop = True
+        if step != self._last_step:
+            self._last_step = step
+            inst.optimizer_end()
+            inst.step_end(step, samples=self._samples)
+            self._samples = 0
+            if inst.monitor.stop_reason is not None:
+                trainer.should_stop = True
+        inst.data_begin()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         """Validation is not a training step: the next step counts from here."""
-        if self._clock is not None:
-            self._clock.restart(DATA)
+        if self._instrument is not None:
+            self._instrument.restart()
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
         """Checkpointing is not a training step either."""
-        if self._clock is not None:
-            self._clock.restart(DATA)
-
-
-def _sum(tensors: list[Any]) -> Any:
-    import torch
-
-    return torch.stack([t.reshape(()) for t in tensors]).sum()
+        if self._instrument is not None:
+            self._instrument.restart()
 
 
 __all__ = ["PACKAGE", "TrainmonCallback", "TrainmonLogger"]

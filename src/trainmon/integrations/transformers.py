@@ -12,16 +12,8 @@ from typing import Any
 
 from trainmon.config import ConfigSource
 from trainmon.extras import require
-from trainmon.integrations.common import (
-    BACKWARD,
-    DATA,
-    FORWARD,
-    OPTIMIZER,
-    OTHER,
-    LazyMonitor,
-    PhaseClock,
-    cuda_device_of,
-)
+from trainmon.instrument import StepInstrument
+from trainmon.integrations.common import LazyMonitor, device_of
 from trainmon.monitor import Monitor
 from trainmon.pipeline import Item
 
@@ -71,17 +63,28 @@ def _is_scalar(value: Any) -> bool:
 
 
 class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
-    """Sends the Trainer's logs and trainmon's per-step signals to a :class:`~trainmon.Monitor`.
+    """Drives a :class:`~trainmon.instrument.StepInstrument` from the Trainer's hooks and sends
+    the Trainer's logs to the same :class:`~trainmon.Monitor`.
 
     ``config`` is a trainmon/DeepSpeed-style config (dict, path or ``TrainmonConfig``); the
     monitor is built at ``on_train_begin`` (the process group exists by then) and closed at
     ``on_train_end`` on every rank. Pass ``monitor=`` to use one you own (left open).
     A stop requested by an alert rule sets ``control.should_training_stop``.
+
+    Per optimizer step: ``perf/step_time_ms`` (from the previous step's end, or from the end of
+    an evaluation or checkpoint since), ``perf/samples_per_sec`` (``per_device_train_batch_size
+    × gradient_accumulation_steps`` over it; ``perf/job_samples_per_sec`` adds the ranks),
+    ``mem/*`` and, with ``wall_clock_breakdown``, ``perf/data_ms`` (fetching the step's
+    micro-batches), ``perf/forward_ms`` (the model's training forwards, from forward hooks),
+    ``perf/backward_inner_ms`` (what follows each forward up to the optimizer: backward, DDP's
+    gradient all-reduce, which the Trainer runs inside backward, and clipping) and
+    ``perf/optimizer_ms`` (optimizer and scheduler step, zero_grad). The loss, learning rate
+    and gradient norm are the Trainer's own (``logging_steps=1`` logs them every step).
     """
 
     def __init__(self, config: ConfigSource = None, *, monitor: Monitor | None = None) -> None:
         self._lazy = LazyMonitor(config, monitor)
-        self._clock: PhaseClock | None = None
+        self._instrument: StepInstrument | None = None
         self._hooks: list[Any] = []
         self._monitor: Monitor | None = None
 
@@ -93,49 +96,55 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
     # ---- lifecycle ----------------------------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Build the monitor and the step clock; time the model's training forwards."""
+        """Build the monitor and the step instrument; time the model's training forwards."""
         monitor = self._monitor = self._lazy.get(all_ranks_log=True)
         monitor.step = state.global_step
-        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
         model = kwargs.get("model")
-        breakdown = self._lazy.config.wall_clock_breakdown
-        self._clock = PhaseClock(samples, breakdown, cuda_device_of(model))
-        if breakdown and model is not None and not self._hooks:
-            self._hooks = _time_forwards(model, self._clock)
+        inst = self._instrument = StepInstrument(
+            monitor,
+            samples_per_step=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+            device=device_of(model),
+        )
+        inst.steps = state.global_step
+        if inst.breakdown and model is not None and not self._hooks:
+            self._hooks = _time_forwards(model, inst)
+        inst.restart()
+        inst.data_begin()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Remove the forward hooks and close the monitor (every rank: a final gather)."""
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        inst, self._instrument = self._instrument, None
+        if inst is not None:
+            inst.close()
         self._lazy.close()
         self._monitor = None
 
     # ---- per step (training thread) -------------------------------------------------------
 
-    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The first batch of an epoch is fetched from now: count it as the step's data wait."""
-        if self._clock is not None:
-            self._clock.restart(DATA)
-
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """The Trainer fetched the step's micro-batches before this hook: data ends here."""
-        if self._clock is not None:
-            self._clock.switch(OTHER)
+        if self._instrument is not None:
+            self._instrument.data_end()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Backward, the gradient all-reduce and clipping are done: the optimizer starts."""
-        if self._clock is not None:
-            self._clock.switch(OPTIMIZER)
+        inst = self._instrument
+        if inst is not None:
+            inst.backward_end()
+            inst.optimizer_begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Record the step's time, throughput, breakdown and memory at ``global_step``."""
-        clock, monitor = self._clock, self._monitor
-        if clock is None or monitor is None:
+        """Log the step at ``global_step``; the wait for the next batches starts."""
+        inst = self._instrument
+        if inst is None:
             return
-        monitor.step = state.global_step
-        monitor.write_events(clock.end())
-        if monitor.stop_reason is not None:
+        inst.optimizer_end()
+        inst.step_end(state.global_step)
+        inst.data_begin()
+        if inst.monitor.stop_reason is not None:
             control.should_training_stop = True
 
     def on_log(
@@ -151,22 +160,21 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Evaluation is not a training step: the next step's time counts from here."""
-        if self._clock is not None:
-            self._clock.restart(DATA)
+        if self._instrument is not None:
+            self._instrument.restart()
         if self._monitor is not None and self._monitor.stop_reason is not None:
             control.should_training_stop = True
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Checkpointing is not a training step either."""
-        if self._clock is not None:
-            self._clock.restart(DATA)
+        if self._instrument is not None:
+            self._instrument.restart()
 
 
-def _time_forwards(model: Any, clock: PhaseClock) -> list[Any]:
-    """Forward hooks on ``model``: a training forward is FORWARD, what follows it BACKWARD.
-
-    Forwards under ``torch.no_grad()`` or in eval mode (evaluation) are not counted.
-    """
+def _time_forwards(model: Any, inst: StepInstrument) -> list[Any]:
+    """Forward hooks on ``model``: a training forward is ``forward``, what follows it up to the
+    next forward or the optimizer is ``backward``. Forwards under ``torch.no_grad()`` or in
+    eval mode (evaluation) are not counted."""
     import torch
 
     grad_enabled = torch.is_grad_enabled
@@ -175,12 +183,14 @@ def _time_forwards(model: Any, clock: PhaseClock) -> list[Any]:
     def before(module: Any, inputs: Any) -> None:
         if module.training and grad_enabled():
             counting[0] = True
-            clock.switch(FORWARD)
+            inst.backward_end()  # the previous micro-batch's backward, if one is open
+            inst.forward_begin()
 
     def after(module: Any, inputs: Any, output: Any) -> None:
         if counting[0]:
             counting[0] = False
-            clock.switch(BACKWARD)
+            inst.forward_end()
+            inst.backward_begin()
 
     return [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
 
