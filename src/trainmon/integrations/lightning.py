@@ -236,10 +236,9 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         if inst is None:
             return
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if loss is not None and hasattr(loss, "detach"):
+        if loss is not None:
             # Lightning divides each batch's loss by the accumulation: undo it for the mean
-            loss = loss.detach()
-            inst.record_loss(loss if self._accumulate == 1 else loss * self._accumulate)
+            inst.record_loss(loss if self._accumulate == 1 else loss.detach() * self._accumulate)
         step = trainer.global_step
         if step != self._last_step:
             self._last_step = step
