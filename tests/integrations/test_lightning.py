@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,18 @@ def test_an_alert_stop_sets_should_stop(tmp_path: Path) -> None:
     journal = journal_steps(tmp_path / "job")
     fired = min(s for s, v in journal.items() if v.get("train_loss", 9.0) < 2.0)
     assert fired <= record["global_step"] < lightning_worker.STEPS
+
+
+@pytest.mark.slow
+def test_a_failing_fit_still_closes_and_keeps_its_steps(tmp_path: Path) -> None:
+    """When training_step raises, Lightning calls finalize("failed"): the monitor is closed
+    (its background thread is gone) and the steps done before the error are in the journal."""
+    with pytest.raises(RuntimeError, match="on purpose"):
+        lightning_worker.fit(tmp_path, mode="fail")
+    assert not [t for t in threading.enumerate() if t.name == "trainmon-pipeline"]
+    journal = journal_steps(tmp_path / "job")
+    timed = sorted(s for s, v in journal.items() if "perf/step_time_ms" in v)
+    assert timed == [1, 2, 3, 4, 5]
 
 
 @pytest.mark.slow

@@ -34,7 +34,11 @@ class Net(pl.LightningModule):  # type: ignore[misc]
             torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
         )
 
+    fail_at: int | None = None
+
     def training_step(self, batch: Any, idx: int) -> Any:
+        if self.global_step == self.fail_at:
+            raise RuntimeError(f"failing at step {self.global_step} on purpose")
         x, y = batch
         loss = torch.nn.functional.mse_loss(self.net(x), y)
         self.log("train_loss", loss)
@@ -97,8 +101,11 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
         enable_checkpointing=False,
         enable_model_summary=False,
     )
+    net = Net()
+    if mode == "fail":
+        net.fail_at = 5
     started = time.perf_counter()
-    trainer.fit(Net(), loader(STEPS * BATCH * devices, 0), loader(2 * BATCH, 1))
+    trainer.fit(net, loader(STEPS * BATCH * devices, 0), loader(2 * BATCH, 1))
     wall_s = time.perf_counter() - started
     return {
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
