@@ -351,8 +351,10 @@ def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
         if done.returncode == 0 or "address already in use" not in done.stderr.lower():
             break
     assert done.returncode == 0, done.stdout + done.stderr
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])
+    # both ranks print to one pipe: their lines may be glued together, so split on the marker
+    decode = json.JSONDecoder().raw_decode
+    found = [decode(part)[0] for part in done.stdout.split("RESULT ")[1:]]
+    return sorted(found, key=lambda r: r["rank"])
 
 
 @pytest.mark.slow
