@@ -388,7 +388,6 @@ class TrainmonEngine:
             device=self.device,
             breakdown=config.wall_clock_breakdown,
         )
-        self._step_end: Callable[[Any, int], None] | None = getattr(self.monitor, "step_end", None)
 
         # per-step state
         self._forwarded = False
@@ -457,7 +456,8 @@ class TrainmonEngine:
             )
         self._forwarded = retain_graph
         instrument = self.instrument
-        instrument.record_loss(loss)
+        # the graph is freed by this backward; only with retain_graph would it be kept alive
+        instrument.record_loss(loss.detach() if retain_graph else loss)
         instrument.backward_begin()
         try:
             scaled: Any = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss
@@ -495,9 +495,11 @@ class TrainmonEngine:
         if not self._loader_timed:
             # with the user's own loader, the wait for data is the gap until the next forward
             self.instrument.data_begin()
-        if applied and self._step_end is not None:
-            # on_step_end callbacks; raises TrainingStopped when an alert asked to stop
-            self._step_end(self, self.global_steps)
+        if applied:
+            monitor = self.monitor
+            if monitor.callbacks or monitor.stop_reason is not None:
+                # on_step_end callbacks; raises TrainingStopped when an alert asked to stop
+                monitor.step_end(self, self.global_steps)
 
     def _optimizer_step(self, lr_kwargs: Mapping[str, Any] | None) -> None:
         instrument = self.instrument

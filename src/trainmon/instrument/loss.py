@@ -52,9 +52,11 @@ class LossAccumulator:
         self._replaced: Any = None
 
     def add(self, loss: Any) -> None:
-        """Add one micro-batch's loss: a single-element tensor (detached here) or a number."""
-        if is_tensor(loss):
-            loss = loss.detach()
+        """Add one micro-batch's loss: a single-element tensor or a number.
+
+        The tensor is kept as given until the background reads it; pass ``loss.detach()`` when
+        its autograd graph must not live that long (a backward with ``retain_graph=True``).
+        """
         self._values.append(loss)
 
     def __len__(self) -> int:
@@ -67,10 +69,11 @@ class LossAccumulator:
             return None
         import torch
 
-        if len(values) == 1 and is_tensor(values[0]):
-            return values[0].reshape(()).float()
-        if all(is_tensor(v) for v in values):
-            return torch.stack([v.reshape(()).float() for v in values]).mean()
+        with torch.no_grad():
+            if len(values) == 1 and is_tensor(values[0]):
+                return values[0].detach().reshape(()).float()
+            if all(is_tensor(v) for v in values):
+                return torch.stack([v.detach().reshape(()).float() for v in values]).mean()
         return torch.tensor(float(LossMean(values).resolve() or math.nan))
 
     def replace(self, value: Any) -> None:

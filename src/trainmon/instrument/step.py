@@ -133,8 +133,9 @@ class StepInstrument:
     optimizer_end: Callable[[], None]
     """The optimizer step ended."""
     record_loss: Callable[[Any], None]
-    """One micro-batch's loss (a single-element tensor, detached here, or a number); it is
-    never read on the training thread."""
+    """One micro-batch's loss (a single-element tensor or a number); never read on the
+    training thread. The tensor is kept until the background reads it: detach it first if
+    its graph must not live that long (``retain_graph=True``)."""
 
     def step_begin(self) -> None:
         """Mark the start of the first step (later steps run from the previous step end)."""
