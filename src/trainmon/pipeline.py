@@ -2,7 +2,8 @@
 
 The training thread appends ``(wall_time, default_step, items, needs_resolving)`` entries to a
 deque (thread-safe, no lock). The background thread wakes every few milliseconds, drains the
-deque, resolves numpy and tensor values in batches, groups values by step into
+deque, reads the tensor copies captured at the call (a :class:`~trainmon.values.Snapshot` per
+call) and resolves trainmon's own deferred and tensor values in batches, groups values by step into
 :class:`~trainmon.events.StepScalars`, and hands them to the writers; it flushes the writers
 at least every ``flush_interval_s``.
 
@@ -27,14 +28,25 @@ from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.values import Deferred, is_tensor, plain_number, resolve_tensors
+from trainmon.records import Pending
+from trainmon.values import (
+    CAPTURED,
+    Deferred,
+    Snapshot,
+    is_tensor,
+    plain_number,
+    resolve_tensors,
+)
 from trainmon.writers.base import Writer, WriterGroup
 from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
 _log = get_logger("pipeline")
 
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
-Entry = tuple[Any, Any, Sequence[Item], bool]
+#: (wall time, default step, items, flag): the flag is False for plain numbers, True when values
+#: need resolving, or the call's :class:`~trainmon.values.Snapshot` (items then hold
+#: :data:`~trainmon.values.CAPTURED` where a captured tensor's value or step goes).
+Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
@@ -64,11 +76,21 @@ _CHUNK_ENTRIES = 2048
 
 
 class _FlushRequest:
-    """Travels through the queue; the background thread hands it the barrier to wait on."""
+    """Travels through the queue; the background thread runs its ``then`` at the flush point
+    (an exception it raises is kept for the caller) and hands it the barrier to wait on."""
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[], None] | None) -> None:
         self.reached = threading.Event()
         self.barrier: FlushBarrier | None = None
+        self.then = then
+        self.error: BaseException | None = None
+
+    def run_then(self) -> None:
+        if self.then is not None:
+            try:
+                self.then()
+            except BaseException as exc:  # handed to the thread that asked for the flush
+                self.error = exc
 
 
 class Pipeline:
@@ -140,12 +162,20 @@ class Pipeline:
             )
         return False
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Block until every event queued before this call is written and flushed; False on
-        timeout, or when a writer stuck in a call (or detached) could not flush."""
+    def flush(
+        self, timeout: float | None = None, *, then: Callable[[], None] | None = None
+    ) -> bool:
+        """Block until every event queued before this call is written and flushed.
+
+        ``then`` runs on the background thread right at that point in the stream, before the
+        writers flush (so it may touch the aggregator and the observers without a lock, and
+        queue work for the writers' lanes); an exception it raises is re-raised here. False
+        on timeout, when the pipeline is closed, or when a writer stuck in a call (or
+        detached) could not flush (``then`` may still run later in that case).
+        """
         if self._closed or not self._thread.is_alive():
             return False
-        request = _FlushRequest()
+        request = _FlushRequest(then)
         self._queue.append((None, request, (), False))
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -154,6 +184,8 @@ class Pipeline:
                 return False
             if deadline is not None and time.monotonic() > deadline:
                 return False
+        if request.error is not None:
+            raise request.error
         assert request.barrier is not None
         return request.barrier.wait(deadline, self.config.full_wait_s)
 
@@ -238,6 +270,12 @@ class Pipeline:
             count = 0
             while queue and len(batch) < _CHUNK_ENTRIES:
                 entry = queue.popleft()
+                if entry[0] is None and isinstance(entry[1], Pending):  # histogram/text/hparams
+                    self._emit(batch)
+                    self._consumed += count + 1
+                    batch, count = [], 0
+                    self._write_extra(entry[1])
+                    continue
                 if entry[0] is None:  # a flush request: write what came before it, then ack
                     self._emit(batch)
                     self._consumed += count
@@ -245,6 +283,7 @@ class Pipeline:
                     self._emit_counters()
                     self._close_window(final=False)
                     request: _FlushRequest = entry[1]
+                    request.run_then()
                     request.barrier = self.writers.barrier()
                     self.writers.flush(request.barrier)
                     request.reached.set()
@@ -256,6 +295,20 @@ class Pipeline:
         if worked:
             self._emit_counters()
         self._close_window(final=False)
+
+    def put_extra(self, pending: Pending) -> None:
+        """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
+        self.put((None, pending, (), False), 1)
+
+    def _write_extra(self, pending: Pending) -> None:
+        """Build the record (bin a histogram, ...) and hand it to the writers."""
+        try:
+            record = pending.build()
+        except Exception:
+            self._count_internal_error(f"could not build {type(pending).__name__}")
+            return
+        if record is not None:
+            self.writers.write_extras([record])
 
     def _close_window(self, final: bool) -> None:
         """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
@@ -329,6 +382,9 @@ class Pipeline:
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved = iter(self._resolve_tensors(batch))
+        captured = iter(
+            [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
+        )
         records: list[StepScalars] = []
         current_step: object = None
         values: dict[str, Number] = {}
@@ -351,6 +407,8 @@ class Pipeline:
                     name, value, step = item
                     if step is None:
                         step = default_step
+                    elif step is CAPTURED:  # captured before the value of the same item
+                        step = int(next(captured))
                     elif type(step) is not int:
                         step = int(step)
                 if step != current_step:
@@ -360,12 +418,14 @@ class Pipeline:
                 if special:
                     kind = type(value)
                     if kind is not float and kind is not int:
-                        if isinstance(value, Deferred):
+                        if value is CAPTURED:
+                            value = next(captured)
+                        elif isinstance(value, Deferred):
                             value = self._resolve_deferred(name, value)
                             if value is None:
                                 continue
-                        elif is_tensor(value):
-                            value = next(resolved)
+                        elif is_tensor(value):  # captured at the call, or a producer's
+                            value = next(captured if type(special) is Snapshot else resolved)
                         else:
                             value = plain_number(value)
                 values[name] = value
@@ -381,7 +441,11 @@ class Pipeline:
     @staticmethod
     def _resolve_tensors(batch: list[Entry]) -> list[Number]:
         tensors = [
-            item[1] for entry in batch if entry[3] for item in entry[2] if is_tensor(item[1])
+            item[1]
+            for entry in batch
+            if entry[3] is True
+            for item in entry[2]
+            if is_tensor(item[1])
         ]
         return resolve_tensors(tensors) if tensors else []
 

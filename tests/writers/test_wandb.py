@@ -550,3 +550,77 @@ def test_nothing_but_the_fallback_warning_reaches_the_terminal(tmp_path: Path) -
     assert lines[0].startswith("[trainmon] [Rank 0] WARNING no W&B API key was found")
     assert "wandb sync " in lines[0]
     assert len(read_run(_only_run_dir(tmp_path / "wb")).history()) == 3
+
+
+# ---- resuming from a checkpoint -----------------------------------------------------------
+
+
+@needs_wandb
+def test_a_resumed_monitor_continues_the_saved_wandb_run_offline(
+    wandb_env: Path, tmp_path: Path
+) -> None:
+    """load_state_dict switches to the saved run id: its second offline folder carries the same
+    id (``wandb sync --append`` adds it to the run), holds the resumed steps, and the run
+    started for the resumed process is gone."""
+    base = tmp_path / "r"
+    first = trainmon.Monitor(_config(base))
+    for step in range(1, 9):
+        first.log({"train/loss": float(step)}, step=step)
+    state = json.loads(json.dumps({**first.state_dict(), "step": 5}))
+    first.close()
+    (first_dir,) = (base / "wb" / "wandb").glob("offline-run-*")
+    saved_id = state["writers"]["wandb"]["run_id"]
+    assert first_dir.name.endswith(saved_id)
+
+    second = trainmon.Monitor(_config(base))
+    second.load_state_dict(state)
+    for step in range(6, 11):
+        second.log({"train/loss": 100.0 + step}, step=step)
+    second.close()
+    folders = sorted((base / "wb" / "wandb").glob("offline-run-*"))
+    assert [f.name.rsplit("-", 1)[-1] for f in folders] == [saved_id, saved_id]
+    resumed = read_run(folders[1])
+    assert resumed.run()["run_id"] == saved_id
+    assert resumed.history() == [(s, {"train/loss": 100.0 + s}) for s in range(6, 11)]
+    assert [s for s, _ in read_run(folders[0]).history()] == list(range(1, 9))
+
+
+# ---- histograms, text and hyper-parameters -------------------------------------------------
+
+
+@needs_wandb
+def test_histograms_text_and_hparams_reach_the_wandb_run(wandb_env: Path, tmp_path: Path) -> None:
+    """A histogram is a W&B histogram at its step (counts and edges as binned), text is a table
+    file with the step and text, hyper-parameters land in the run's config."""
+    import numpy as np
+
+    monitor = trainmon.Monitor(_config(tmp_path, dir=str(wandb_env)))
+    values = np.array([0.0, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.0])
+    monitor.log({"train/loss": 1.0}, step=1)
+    monitor.log_histogram("weights", values, step=1, bins=4)
+    values[:] = 100.0  # changed after the call: not what was logged
+    monitor.log_text("sample", "the quick brown fox", step=2)
+    monitor.log_hparams({"lr": 0.001, "optimizer": {"name": "adam"}})
+    monitor.close()
+    run = read_run(_only_run_dir(wandb_env))
+    rows = dict(run.history())
+
+    def media(step: int, name: str) -> dict[str, Any]:
+        """W&B's decoder flattens a media value into ``name.<field>`` keys."""
+        return {k[len(name) + 1 :]: v for k, v in rows[step].items() if k.startswith(name + ".")}
+
+    histogram = media(1, "weights")
+    assert histogram["_type"] == "histogram"
+    assert histogram["values"] == [1, 2, 1, 4]
+    assert histogram["bins"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert rows[1]["train/loss"] == 1.0
+    table = media(2, "sample")
+    assert table["_type"] == "table-file"
+    written = json.loads((run.directory / "files" / table["path"]).read_text())
+    assert written["columns"] == ["step", "text"]
+    assert written["data"] == [[2, "the quick brown fox"]]
+    config: dict[str, Any] = {}
+    for record in run.of_type("config"):
+        config.update(record.get("update", {}))
+    assert config["lr"] == 0.001
+    assert config["optimizer.name"] == "adam"

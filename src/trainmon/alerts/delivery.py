@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import ClassVar
 
+from trainmon import redact
 from trainmon.alerts.model import Alert
 from trainmon.logging import get_logger
 
@@ -253,7 +254,7 @@ class AlertDispatcher:
                 "(further failures are counted in AlertDispatcher.failures, not printed)",
                 lane.sink.name,
                 lane.sink.kind,
-                lane.sink.target,
+                _scrub(lane, lane.sink.target),
                 alert.rule,
                 attempts,
                 reason,
@@ -263,7 +264,4 @@ class AlertDispatcher:
 def _scrub(lane: _Lane, exc: BaseException | str) -> str:
     """``exc`` as text, with every secret of the lane's sink replaced by ``***``."""
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    for secret in sorted(lane.sink.secrets(), key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return redact.text(text, lane.sink.secrets())

@@ -31,6 +31,7 @@ the thread that raised the alert (the pipeline's thread for rules, the watchdog'
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -48,6 +49,7 @@ from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.config import AlertRuleConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace, writes_on_rank
 from trainmon.events import StepScalars
+from trainmon.layer_stats import LayerHistory, explained
 from trainmon.logging import get_logger
 from trainmon.pipeline import Observer
 
@@ -182,13 +184,22 @@ class AlertEngine(Observer):
                 self._by_metric.setdefault(watch.rule.metric or "", []).append(watch)
         self._growth = [w for w in self.watches if w.rule.kind == "growth"]
         self._per_step: set[str] = set()
+        self._layers: LayerHistory | None = None
         self._seen_through = -math.inf
         self._pending: deque[WindowStats] = deque()
+
+    def explain_with_layers(self) -> None:
+        """From now on, firing spike/growth/non_finite alerts name the module groups whose
+        gradient norm moved most (``layers/*/grad_norm``, see :mod:`trainmon.layer_stats`)."""
+        if self._layers is None:
+            self._layers = LayerHistory()
 
     # ---- Observer hooks (pipeline thread) ---------------------------------------------------
 
     def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
         """Judge every watched metric in these per-step records; then any window waiting."""
+        if self._layers is not None:
+            self._layers.feed(records)
         out: list[StepScalars] = []
         by_metric = self._by_metric
         per_step = self._per_step
@@ -220,6 +231,39 @@ class AlertEngine(Observer):
         """Judge any window still waiting (its alerts are sent, not written as metrics)."""
         self._judge_windows([], force=True)
 
+    # ---- checkpoints (pipeline thread) -------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each rule's condition (baselines) and tracker (firing or not), by rule name, and the
+        metrics known to be logged per step. Call it on the pipeline's thread."""
+        return {
+            "rules": {
+                w.rule.name: {
+                    "condition": w.condition.state_dict(),
+                    "alert": w.tracker.state_dict(),
+                }
+                for w in self.watches
+            },
+            "per_step_metrics": sorted(self._per_step),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], resume_step: int) -> None:
+        """Take back :meth:`state_dict`'s mapping, for a run that logs again from
+        ``resume_step``; rules that are new in the config start afresh, rules no longer in it
+        are ignored. Call it on the pipeline's thread."""
+        rules = state.get("rules", {})
+        if not isinstance(rules, Mapping):
+            raise ValueError(f"alerts state 'rules' = {rules!r:.80}: expected a mapping")
+        for watch in self.watches:
+            saved = rules.get(watch.rule.name)
+            if isinstance(saved, Mapping):
+                watch.condition.load_state_dict(saved.get("condition") or {})
+                watch.tracker.load_state_dict(saved.get("alert") or {})
+        per_step = state.get("per_step_metrics", ())
+        self._per_step = {name for name in per_step if isinstance(name, str)}
+        self._seen_through = resume_step - 1
+        self._pending.clear()
+
     # ---- evaluation -------------------------------------------------------------------------
 
     @property
@@ -250,9 +294,21 @@ class AlertEngine(Observer):
         alert = watch.tracker.update(verdict, value=value, step=step, when=when)
         if alert is None:
             return
+        if (
+            self._layers is not None
+            and alert.state == "firing"
+            and watch.rule.kind in _EXPLAINED_KINDS
+        ):
+            found = explained(alert.message, alert.details, self._layers)
+            if found is not None:
+                alert = dataclasses.replace(alert, message=found[0], details=found[1])
         flag = 1 if alert.state == "firing" else 0
         out.append(StepScalars(step, when, {ALERT_METRIC_PREFIX + watch.rule.name: flag}))
         self._send(alert, watch.rule)
+
+
+#: Rule kinds whose firing alerts name the layers that moved most (when layers are watched).
+_EXPLAINED_KINDS = frozenset({"spike", "growth", "non_finite"})
 
 
 class AlertSystem:
@@ -302,6 +358,22 @@ class AlertSystem:
                 rank=self.rank,
             )
             self.watchdog.start()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The metric rules' state (see :meth:`AlertEngine.state_dict`); empty on ranks that
+        do not evaluate rules. The stall watchdog keeps none: it learns the pace again."""
+        return self.engine.state_dict() if self.engine is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any], resume_step: int) -> None:
+        """Take back :meth:`state_dict`'s mapping (see :meth:`AlertEngine.load_state_dict`)."""
+        if self.engine is not None and state:
+            self.engine.load_state_dict(state, resume_step)
+
+    def explain_with_layers(self) -> None:
+        """Let the rule engine name the layers that moved most (see
+        :meth:`AlertEngine.explain_with_layers`); nothing on ranks that do not evaluate."""
+        if self.engine is not None:
+            self.engine.explain_with_layers()
 
     @property
     def firing(self) -> list[Alert]:

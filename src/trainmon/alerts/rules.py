@@ -129,6 +129,13 @@ class Condition(abc.ABC):
     def check(self, value: float, step: int) -> Verdict | None:
         """The verdict on ``value`` logged at ``step``; None when it says nothing either way."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the condition remembers (baselines), JSON-serialisable, for a checkpoint."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Take back what :meth:`state_dict` returned (stateless conditions ignore it)."""
+
     def _at(self, value: float, step: int) -> str:
         return f"{self.metric} = {format_number(value)} at step {step}"
 
@@ -217,6 +224,15 @@ class BaselineCondition(Condition):
             history.append(value)
         return Verdict(met, f"{self._at(value, step)}, {how}: {limit}", facts)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The baseline's values, oldest first."""
+        return {"values": list(self._values)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Refill the baseline (its newest ``window`` values when the window shrank)."""
+        self._values.clear()
+        self._values.extend(_floats(state.get("values", ()), "values"))
+
 
 class GrowthCondition(Condition):
     """The window mean rose in each of the last ``windows`` consecutive windows."""
@@ -241,6 +257,24 @@ class GrowthCondition(Condition):
         else:
             text = f"{self.metric} window mean {format_number(value)} at step {step} stopped rising"
         return Verdict(rising, text, {"window_means": list(means)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last window means, oldest first."""
+        return {"means": list(self._means)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back the last window means."""
+        self._means.clear()
+        self._means.extend(_floats(state.get("means", ()), "means"))
+
+
+def _floats(values: Any, key: str) -> list[float]:
+    """A saved list of numbers, checked (a checkpoint is input like any other)."""
+    if not isinstance(values, (list, tuple)) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+    ):
+        raise ValueError(f"alert rule state {key!r} = {values!r:.80}: expected a list of numbers")
+    return [float(v) for v in values]
 
 
 def build_condition(rule: AlertRuleConfig) -> Condition:
@@ -292,6 +326,38 @@ class AlertTracker:
     def firing(self) -> bool:
         """True while the condition lasts (from the first ``firing`` to the ``resolved``)."""
         return self.active is not None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Whether the rule is firing (the alert, as :meth:`Alert.as_dict`), its streak of met
+        verdicts, and the cool-down's progress: what a resumed run needs so that a firing
+        alert is neither sent again as new nor forgotten (its ``resolved`` still comes)."""
+        return {
+            "active": self.active.as_dict() if self.active is not None else None,
+            "streak": self._streak,
+            "repeats": self._repeats,
+            "since_sent_s": self.clock() - self._sent_at if self.active is not None else None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned."""
+        active = state.get("active")
+        streak = state.get("streak", 0)
+        repeats = state.get("repeats", 0)
+        if type(streak) is not int or type(repeats) is not int:
+            raise ValueError(
+                f"alert rule {self.rule.name!r} state: streak {streak!r} and repeats "
+                f"{repeats!r} must be integers"
+            )
+        if active is not None and not isinstance(active, Mapping):
+            raise ValueError(
+                f"alert rule {self.rule.name!r} state: active = {active!r:.80}: expected the "
+                f"firing alert as a mapping, or null"
+            )
+        self._streak = streak
+        self._repeats = repeats
+        self.active = _alert_from(active) if active is not None else None
+        since = state.get("since_sent_s")
+        self._sent_at = self.clock() - (float(since) if isinstance(since, (int, float)) else 0.0)
 
     def update(
         self, verdict: Verdict | None, *, value: float | None, step: int | None, when: float
@@ -355,3 +421,12 @@ class AlertTracker:
             labels=dict(rule.labels),
             details=details,
         )
+
+
+def _alert_from(saved: Mapping[str, Any]) -> Alert:
+    """An :class:`Alert` back from :meth:`Alert.as_dict`'s mapping."""
+    fields = {
+        "rule", "kind", "state", "message", "metric", "value", "step", "time", "severity",
+        "job", "rank", "labels", "details",
+    }  # fmt: skip
+    return Alert(**{k: v for k, v in saved.items() if k in fields})

@@ -7,6 +7,7 @@ onto trainmon's, so summaries and charts find "the loss" or "the forward time" i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,21 +43,28 @@ DEEPSPEED_ROLES = {
     "train/samples/lr": "train/lr",
     "train/samples/loss_scale": "train/loss_scale",
     "train/samples/elapsed_time_ms_forward": "perf/forward_ms",
-    "train/samples/elapsed_time_ms_backward": "perf/backward_ms",
+    "train/samples/elapsed_time_ms_backward": "perf/backward_ms",  # inner + allreduce
+    "train/samples/elapsed_time_ms_backward_inner": "perf/backward_inner_ms",
+    "train/samples/elapsed_time_ms_backward_allreduce": "perf/backward_allreduce_ms",
     "train/samples/elapsed_time_ms_step": "perf/optimizer_ms",
 }
 
 #: Suffixes of the cross-rank window metrics (see :mod:`trainmon.distributed`).
 CROSS_RANK_STATS = ("min", "mean", "max", "argmax_rank")
 
-#: The parts of a step, as (label, metric), in the order they are stacked.
+#: The parts of a step, as (label, metric), in the order they are stacked. They are disjoint
+#: (the backward's gradient all-reduce is in comm, not in backward), so they add up to at most
+#: the step time; the rest is shown as "other".
 BREAKDOWN = (
     ("forward", "perf/forward_ms"),
-    ("backward", "perf/backward_ms"),
+    ("backward", "perf/backward_inner_ms"),
     ("optimizer", "perf/optimizer_ms"),
     ("comm", "perf/comm_ms"),
     ("data", "perf/data_ms"),
 )
+#: A part's older or coarser name, read when a run lacks the part's own: trainmon before the
+#: disjoint breakdown, and DeepSpeed without ``backward_inner``, logged ``perf/backward_ms``.
+BREAKDOWN_FALLBACK = {"perf/backward_inner_ms": "perf/backward_ms"}
 STEP_TIME = "perf/step_time_ms"
 
 
@@ -92,8 +100,8 @@ class Series:
     """One metric over a run: ``steps`` ascending and unique, ``values`` floats (NaN kept)."""
 
     name: str
-    steps: list[int]
-    values: list[float]
+    steps: Sequence[int]
+    values: Sequence[float]
     x_unit: str = "step"
     """``"samples"`` for DeepSpeed's ``Train/Samples/*`` tags, whose x is samples seen."""
     cache: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -114,12 +122,18 @@ class Run:
     source: str
     """``"trainmon journal"`` or ``"TensorBoard events"``."""
     series: dict[str, Series] = field(default_factory=dict)
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    windows: Sequence[dict[str, Any]] = field(default_factory=list)
     """The journal's ``window`` records, as read (empty for TensorBoard folders)."""
     alerts: list[dict[str, Any]] = field(default_factory=list)
     """Lines of ``alerts.jsonl`` next to the run (``Alert.as_dict()``), in file order."""
     meta: dict[str, Any] = field(default_factory=dict)
     """The last ``meta`` record of the journal (job, rank, world_size, host, ...)."""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The journal's ``hparams`` records merged in order (flat ``a.b`` keys; later wins)."""
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The journal's ``histogram`` records by name, in file order."""
+    texts: list[dict[str, Any]] = field(default_factory=list)
+    """The journal's ``text`` records, in file order."""
     start_time: float | None = None
     end_time: float | None = None
     step_count: int = 0
@@ -147,6 +161,13 @@ class Run:
             if role(name) == metric:
                 return series
         return None
+
+    def find_part(self, metric: str) -> Series | None:
+        """The series of a breakdown part, or of its :data:`BREAKDOWN_FALLBACK` name."""
+        found = self.find(metric)
+        if found is None and metric in BREAKDOWN_FALLBACK:
+            found = self.find(BREAKDOWN_FALLBACK[metric])
+        return found
 
     def require_metrics(self) -> None:
         """Raise :class:`RunError` when the run holds no values yet (say why, and where)."""

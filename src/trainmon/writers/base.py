@@ -10,11 +10,11 @@ from __future__ import annotations
 import abc
 import errno
 import sys
-from collections.abc import Sequence
-from typing import ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 
 _log = get_logger("writers")
@@ -44,6 +44,19 @@ class Writer(abc.ABC):
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
 
+    def identity(self) -> Mapping[str, Any] | None:
+        """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
+        and MLflow's run id), JSON-serialisable; None (the default) when there is nothing."""
+        return None
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:  # noqa: B027
+        """The run restarts from a checkpoint: ``step`` is the first step it will log again,
+        and what was logged at ``step`` and later by the run that was cut short is orphaned;
+        ``identity`` is what :meth:`identity` returned then (None when not saved). Called on
+        the background thread before any record of the resumed run; a file writer marks the
+        restart (TensorBoard's purge marker, the journal's ``resume`` record), a service
+        writer switches back to the saved run. Does nothing by default."""
+
     def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
         """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
 
@@ -52,6 +65,10 @@ class Writer(abc.ABC):
         """Values this writer accepted and then gave up (a full disk past its bounded buffer);
         added to ``trainmon/dropped_events``. Writers that never give up keep 0."""
         return 0
+
+    def write_extras(self, records: Sequence[Extra]) -> None:  # noqa: B027 - optional hook
+        """Receive histograms, text and hyper-parameters (:mod:`trainmon.events`), in stream
+        order; a backend that cannot show a kind ignores it (the default ignores all)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
@@ -102,6 +119,14 @@ class WriterGroup:
             except Exception:
                 self._failed(writer, "write_windows")
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters to every writer (whatever its ``every``)."""
+        for writer in self.writers:
+            try:
+                writer.write_extras(records)
+            except Exception:
+                self._failed(writer, "write_extras")
+
     def flush(self) -> None:
         for writer in self.writers:
             try:
@@ -115,6 +140,15 @@ class WriterGroup:
                 writer.close()
             except Exception:
                 self._failed(writer, "close")
+
+    def resume(self, step: int, identities: Sequence[Mapping[str, Any] | None]) -> None:
+        """Each writer's :meth:`Writer.resume` with its saved identity (same order as
+        :attr:`writers`), in stream order: a writer that fails is reported and starts anew."""
+        for writer, identity in zip(self.writers, identities, strict=True):
+            try:
+                writer.resume(step, identity)
+            except Exception:
+                self._failed(writer, f"resume (at step {step}; it carries on as a new run)")
 
     @property
     def dropped_events(self) -> int:

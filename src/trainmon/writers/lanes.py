@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer, WriterGroup
 
@@ -111,10 +111,15 @@ class _Lane:
                     self.group.write(payload)
                 elif what == "windows":
                     self.group.write_windows(payload)
+                elif what == "extras":
+                    self.group.write_extras(payload)
                 elif what == "flush":
                     self.group.flush()
                     if payload is not None:
                         payload._flushed(self)
+                elif what == "resume":
+                    step, identity = payload
+                    self.group.resume(step, [identity])
                 elif what == "close":
                     self.group.close()
                     return
@@ -158,6 +163,12 @@ class WriterLanes:
         for lane in self._lanes:
             self._put(lane, ("windows", windows, len(windows)))
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters, to every writer (see
+        :meth:`WriterGroup.write_extras`)."""
+        for lane in self._lanes:
+            self._put(lane, ("extras", records, len(records)))
+
     def flush(self, barrier: FlushBarrier | None = None) -> None:
         """Ask every lane to flush; ``barrier`` (from :meth:`barrier`) is told when each did."""
         for lane in self._lanes:
@@ -165,6 +176,14 @@ class WriterLanes:
                 continue  # one queued flush is enough for a lane that is behind
             lane.ops.append(("flush", barrier, 0))
             lane.wakeup.set()
+
+    def resume(self, step: int, identities: Sequence[Mapping[str, Any] | None]) -> None:
+        """Each writer's :meth:`Writer.resume` with its saved identity (same order as
+        :attr:`writers`), in stream order on its lane (see :meth:`WriterGroup.resume`)."""
+        for lane, identity in zip(self._lanes, identities, strict=True):
+            if not lane.closed:
+                lane.ops.append(("resume", (step, identity), 0))
+                lane.wakeup.set()
 
     def barrier(self, *, detached_too: bool = False) -> FlushBarrier:
         """A barrier over the lanes worth waiting for: not stuck in a call, not closed, and

@@ -24,6 +24,7 @@ starts with ``mlflow.start_run`` is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -34,13 +35,14 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.events import StepScalars
+from trainmon.events import Extra, Hparams, StepScalars
+from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.
@@ -48,6 +50,9 @@ MAX_METRICS_PER_BATCH = 1000
 #: Longest wait for an HTTP tracking server to answer at start-up.
 START_TIMEOUT_S = 10.0
 _MAX_KEY_LENGTH = 250
+#: Longest parameter value MLflow stores (longer values are cut, ending in ``…``).
+MAX_PARAM_CHARS = 6000
+_log = get_logger("mlflow")
 _INVALID_KEY = re.compile(r"[^/\w.\- ]")
 
 
@@ -123,6 +128,8 @@ class MlflowWriter(Writer):
         params = [self._entities.Param(str(k), _text(v)) for k, v in section.params.items()]
         for start in range(0, len(params), 100):
             self._log_batch(params=params[start : start + 100])
+        self._params: dict[str, str] = {p.key: p.value for p in params}
+        self._warned_param = False
         self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
         #: Metrics lost because the request that carried them failed.
         self.dropped_metrics = 0
@@ -179,6 +186,36 @@ class MlflowWriter(Writer):
         if len(pending) >= MAX_METRICS_PER_BATCH:
             self._send(whole_batches_only=True)
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Hyper-parameters as run params (histograms and text are not shown by MLflow).
+
+        MLflow params cannot change once logged: a key logged again with another value is
+        kept as first logged, with one warning (the other writers get the new value)."""
+        for record in records:
+            if not isinstance(record, Hparams):
+                continue
+            new = []
+            for name, value in record.hparams.items():
+                key, text = mlflow_key(name), _text(value)
+                if len(text) > MAX_PARAM_CHARS:
+                    text = text[: MAX_PARAM_CHARS - 1] + "…"
+                before = self._params.get(key)
+                if before is None:
+                    self._params[key] = text
+                    new.append(self._entities.Param(key, text))
+                elif before != text and not self._warned_param:
+                    self._warned_param = True
+                    _log.warning(
+                        "MLflow writer: param %r was logged as %r and is now %r; MLflow params "
+                        "cannot change, so the run keeps the first value (further changes are "
+                        "not printed)",
+                        key,
+                        before,
+                        text,
+                    )
+            for start in range(0, len(new), 100):
+                self._log_batch(params=new[start : start + 100])
+
     def flush(self) -> None:
         """Send every buffered metric (``log_batch``, up to 1000 per request)."""
         self._send(whole_batches_only=False)
@@ -192,6 +229,28 @@ class MlflowWriter(Writer):
             self.flush()
         finally:
             self._client.set_terminated(self.run_id, "FINISHED", int(time.time() * 1000))
+
+    def identity(self) -> Mapping[str, Any]:
+        """The run's id and tracking URI: a run resumed from a checkpoint logs into it."""
+        return {"run_id": self.run_id, "tracking_uri": self.tracking_uri}
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """Log into the saved run again (marked RUNNING); the run this writer started for the
+        resumed process, still empty, is deleted. MLflow keeps every value it was sent, so the
+        steps ``>= step`` that the cut-short run logged stay in its history beside the
+        resumed run's values (MLflow has no way to remove them)."""
+        run_id = identity.get("run_id") if identity is not None else None
+        if not isinstance(run_id, str) or run_id == self.run_id:
+            return
+        saved = self._client.get_run(run_id)  # raises when the tracking store lost it
+        fresh = self.run_id
+        self.flush()
+        self.run_id = saved.info.run_id
+        self.experiment_id = saved.info.experiment_id
+        self._client.update_run(self.run_id, status="RUNNING")
+        self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
+        with contextlib.suppress(Exception):  # a store without deletes keeps an empty run
+            self._client.delete_run(fresh)
 
     def _send(self, *, whole_batches_only: bool) -> None:
         pending = self._pending

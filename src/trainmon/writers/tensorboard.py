@@ -8,6 +8,7 @@ a crash still yields every complete record to TensorBoard's reader.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -18,9 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from trainmon import extras
-from trainmon.events import Number, StepScalars
+from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile
+from trainmon.writers.tb_summaries import histogram_summary, hparams_summaries, text_summary
 
 _FILE_VERSION = b"brain.Event:2"
 _FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
@@ -69,35 +71,78 @@ def _float32(value: Number) -> bytes:
         return _pack_f(math.copysign(math.inf, as_float))
 
 
-def _event_file_name() -> str:
+def _event_file_name(seconds: int | None = None) -> str:
     """TensorBoard's own naming, so its directory scanning and sorting treat it as native."""
     host = socket.gethostname().replace("/", "_")
-    return f"events.out.tfevents.{int(time.time()):010d}.{host}.{os.getpid()}.{next(_file_counter)}"
+    when = int(time.time()) if seconds is None else seconds
+    return f"events.out.tfevents.{when:010d}.{host}.{os.getpid()}.{next(_file_counter)}"
+
+
+def _latest_file_seconds(folder: Path) -> int:
+    """The largest timestamp in the names of the event files in ``folder`` (0 when none)."""
+    latest = 0
+    for path in folder.glob("*tfevents*"):
+        parts = path.name.split(".tfevents.", 1)[-1].split(".", 1)
+        if parts[0].isdigit():
+            latest = max(latest, int(parts[0]))
+    return latest
+
+
+def session_start_event(step: int, wall_time: float) -> bytes:
+    """An unframed Event with ``session_log {status: START}`` at ``step``: TensorBoard's purge
+    marker. Its reader, meeting it in a file of version ``brain.Event:2``, drops every event
+    read before it whose step is ``>= step`` (the orphaned steps of a run that was cut short)."""
+    # Event.session_log is field 7 (length-delimited); SessionLog.status (field 1) START = 1
+    return _pack_head(_WALL_TIME_KEY, wall_time, _STEP_KEY) + _varint(step) + b"\x3a\x02\x08\x01"
 
 
 class TensorBoardWriter(Writer):
     """Writes one TensorBoard Event per step, holding all that step's scalars."""
 
     kind = "tensorboard"
+    _wrote = False
 
     def __init__(self, directory: Path | str) -> None:
         crc_module = extras.require("crc32c", "tensorboard", "The TensorBoard writer")
         self._crc32c: Callable[[bytes], int] = crc_module.crc32c
-        folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / _event_file_name()
-        while path.exists():  # a reused pid within the same second: never append to another run
-            path = folder / _event_file_name()
+        self.folder = Path(directory)
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.location = str(directory)
-        self.path = path
         self._prefixes: dict[str, bytes] = {}
         self._length_headers: dict[int, bytes] = {}
-        self._file = AppendFile(path, PENDING_BYTES)
+        self.path, self._file = self._open_file(None)
+        self._closed = False
+
+    def _open_file(self, seconds: int | None) -> tuple[Path, AppendFile]:
+        """A new event file, valid and readable from the start (its version record flushed)."""
+        path = self.folder / _event_file_name(seconds)
+        while path.exists():  # a reused pid within the same second: never append to another run
+            path = self.folder / _event_file_name(seconds)
+        handle = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
-        self._file.write(self._frame(version + _FILE_VERSION))
-        self._file.flush()  # the file is a valid, readable event file from the start
-        self._closed = False
+        handle.write(self._frame(version + _FILE_VERSION))
+        handle.flush()
+        return path, handle
+
+    def resume(self, step: int, identity: Mapping[str, object] | None) -> None:
+        """Continue in a new event file that sorts after every event file of the folder (its
+        name's timestamp is past theirs), starting with TensorBoard's purge marker at
+        ``step``: TensorBoard then shows the steps ``>= step`` of the run that was cut short
+        no more, and this run's instead. The file opened at start, holding only its version
+        record when nothing was logged before the resume, is removed."""
+        if self._closed:
+            raise ValueError(f"TensorBoard writer for {self.location} is closed")
+        old_path, old_file = self.path, self._file
+        empty = old_file.size_at_open == 0 and old_file.buffered == 0 and not self._wrote
+        old_file.close()
+        if empty:
+            with contextlib.suppress(OSError):
+                old_path.unlink()
+        seconds = max(int(time.time()), _latest_file_seconds(self.folder) + 1)
+        self.path, self._file = self._open_file(seconds)
+        self._file.write(self._frame(session_start_event(step, time.time())))
+        self._file.flush()
 
     def write(self, records: Sequence[StepScalars]) -> None:
         if self._closed:
@@ -109,8 +154,39 @@ class TensorBoardWriter(Writer):
         finally:  # keep the records encoded before a bad one
             values = sum(len(record.values) for record in records[: len(chunks)])
             self._file.write(b"".join(chunks), values)
+            self._wrote = self._wrote or bool(chunks)
         if self._file.buffered >= _FLUSH_AT:
             self._file.flush()
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text (the text plugin) and hyper-parameters (the hparams plugin)."""
+        if self._closed:
+            raise ValueError(f"TensorBoard writer for {self.location} is closed")
+        chunks: list[bytes] = []
+        for record in records:
+            if isinstance(record, Histogram):
+                summaries = [histogram_summary(record)]
+                step, wall_time = record.step, record.wall_time
+            elif isinstance(record, Text):
+                summaries = [text_summary(record.name, record.text)]
+                step, wall_time = record.step, record.wall_time
+            elif isinstance(record, Hparams):
+                summaries = hparams_summaries(record.hparams, record.metrics, record.wall_time)
+                step, wall_time = 0, record.wall_time  # as torch's add_hparams: run-level
+            else:
+                continue
+            for summary in summaries:
+                event = b"".join(
+                    (
+                        _pack_head(_WALL_TIME_KEY, wall_time, _STEP_KEY),
+                        _varint(step),
+                        _SUMMARY_KEY,
+                        _varint(len(summary)),
+                        summary,
+                    )
+                )
+                chunks.append(self._frame(event))
+        self._file.write(b"".join(chunks))
 
     def flush(self) -> None:
         self._file.flush()

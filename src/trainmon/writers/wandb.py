@@ -32,7 +32,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -41,7 +42,7 @@ from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.errors import ConfigError
-from trainmon.events import Number, StepScalars
+from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
 
@@ -89,6 +90,8 @@ class WandbWriter(Writer):
             "settings": wandb.Settings(console="off", silent=True),
         }
         self._wandb = wandb
+        self._init_kwargs = init_kwargs
+        self._mode = section.mode
         self._run = _start_run(wandb, init_kwargs, section.mode)
         self.run_dir = _run_dir(self._run)
         self.location = self.run_dir or f"W&B project {section.project!r} (disabled)"
@@ -133,6 +136,37 @@ class WandbWriter(Writer):
             self._failed = True
             raise
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms as ``wandb.Histogram``, text as a one-row ``wandb.Table`` (step, text) at
+        their step (merged into that step's open row; a lower step is dropped as for scalars),
+        and hyper-parameters into the run's config."""
+        if self._failed:
+            raise RuntimeError("the W&B writer stopped after an earlier W&B error")
+        wandb = self._wandb
+        try:
+            for record in records:
+                if isinstance(record, Hparams):
+                    self._run.config.update(dict(record.hparams), allow_val_change=True)
+                    continue
+                if isinstance(record, Histogram):
+                    if not record.counts:  # no finite value: nothing W&B can draw
+                        continue
+                    value: Any = wandb.Histogram(
+                        np_histogram=(list(record.counts), list(record.edges))
+                    )
+                elif isinstance(record, Text):
+                    value = wandb.Table(columns=["step", "text"], data=[[record.step, record.text]])
+                else:
+                    continue
+                if record.step < self._min_step:
+                    self._drop(StepScalars(record.step, record.wall_time, {}))
+                    continue
+                self._min_step = record.step
+                self._run.log({record.name: value}, step=record.step)
+        except Exception:
+            self._failed = True
+            raise
+
     def flush(self) -> None:
         """Nothing to do: W&B sends in the background, and its open row waits for a later step."""
 
@@ -145,6 +179,57 @@ class WandbWriter(Writer):
             self._run.finish()
         finally:
             _end_idle_service(self._wandb)
+
+    def identity(self) -> Mapping[str, Any] | None:
+        """The run's id (and project, entity): a run resumed from a checkpoint continues it."""
+        if _is_disabled(self._run):
+            return None
+        return {
+            "run_id": str(self._run.id),
+            "project": getattr(self._run, "project", None),
+            "entity": getattr(self._run, "entity", None),
+        }
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """Continue the saved W&B run instead of the one started for this process (which is
+        finished, and its offline folder, holding nothing, removed).
+
+        Online, W&B's rewind (``resume_from="<id>?_step=<step - 1>"``) drops the steps
+        ``>= step`` the cut-short run logged, so the resumed run's values replace them; where
+        the server does not offer rewind, the run is resumed (``resume="allow"``) and W&B
+        accepts only steps past the last one it has, so the re-run steps up to there are left
+        out of W&B (counted in :attr:`dropped_records`; the other writers keep them).
+        Offline, the new offline folder carries the same run id: ``wandb sync --append``
+        adds it to the run.
+        """
+        run_id = identity.get("run_id") if identity is not None else None
+        if not isinstance(run_id, str) or not run_id or run_id == str(self._run.id):
+            return
+        fresh, fresh_dir = self._run, self.run_dir
+        offline = _is_offline(fresh)
+        with _quiet_terminal():
+            fresh.finish()
+        if offline and fresh_dir and Path(fresh_dir).name.startswith("offline-run-"):
+            shutil.rmtree(fresh_dir, ignore_errors=True)
+        kwargs = {**self._init_kwargs, "id": run_id}
+        mode = "offline" if offline else self._mode
+        run = None
+        if not offline and step > 0:
+            try:
+                with _quiet_terminal():
+                    run = self._wandb.init(
+                        mode=mode,
+                        **{**kwargs, "resume": None},
+                        resume_from=f"{run_id}?_step={step - 1}",
+                    )
+            except Exception:
+                _log.info("W&B rewind is not available; resuming the run instead", exc_info=True)
+        if run is None:
+            run = _start_run(self._wandb, {**kwargs, "resume": None if offline else "allow"}, mode)
+        self._run = run
+        self.run_dir = _run_dir(run)
+        self.location = self.run_dir or self.location
+        self._min_step = _current_step(run)
 
     def _drop(self, record: StepScalars) -> None:
         self.dropped_records += 1
