@@ -672,3 +672,50 @@ def test_close_timeout_s_is_checked() -> None:
         with pytest.raises(ConfigError, match="trainmon.close_timeout_s"):
             Monitor(_config(trainmon={"close_timeout_s": bad}))
     assert Monitor(_config()).config.trainmon.close_timeout_s == 5.0
+
+
+class PausingWriter(Writer):
+    """A writer whose first ``write`` blocks for ``pause_s``, then keeps up; remembers steps."""
+
+    kind = "pausing"
+    location = "nowhere://pausing"
+
+    def __init__(self, pause_s: float) -> None:
+        self.pause_s = pause_s
+        self.steps: list[int] = []
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        if self.pause_s:
+            time.sleep(self.pause_s)
+            self.pause_s = 0.0
+        self.steps += [r.step for r in records if "loss" in r.values]
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_detached_writer_rejoins_once_it_caught_up(tmp_path: Path) -> None:
+    """A writer that stalls for a while is detached (its misses counted, the journal keeps
+    everything), and once it is back every later step reaches it again."""
+    pausing = PausingWriter(pause_s=1.5)
+    run = tmp_path / "run"
+    monitor = Monitor(
+        _config(trainmon={"queue_size": 50, "full_wait_s": 0.2, "flush_interval_s": 0.05}),
+        writers=[pausing, JsonlWriter(run, "run")],
+    )
+    for step in range(1000):
+        monitor.log({"loss": float(step)}, step=step)
+    time.sleep(2.0)  # the pause ends and the writer drains what it holds
+    assert monitor.flush(timeout=10)  # rejoined: flush waits for it again
+    for step in range(1000, 1100):
+        monitor.log({"loss": float(step)}, step=step)
+    monitor.close()
+
+    assert _journal_series(run, "loss") == [(s, float(s)) for s in range(1100)]
+    assert pausing.steps[-100:] == list(range(1000, 1100))
+    missed = 1000 - len([s for s in pausing.steps if s < 1000])
+    assert missed > 0
+    assert missed <= monitor.undelivered["pausing writer (nowhere://pausing)"]

@@ -251,7 +251,7 @@ class Pipeline:
             if stopping and not self._queue:
                 break
         self._close_window(final=True)
-        final = self.writers.barrier()
+        final = self.writers.barrier(detached_too=True)
         self.writers.flush(final)  # so errors of this last flush are counted before closing
         final.wait(time.monotonic() + self.config.close_timeout_s, self.config.full_wait_s)
         self._emit_counters()
@@ -454,5 +454,5 @@ class Pipeline:
         if counters == self._reported_counters:
             return
         values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
-        self.writers.write([StepScalars(self._last_step, time.time(), values)])
+        self.writers.write([StepScalars(self._last_step, time.time(), values)], bounded=False)
         self._reported_counters = counters

@@ -26,6 +26,8 @@ from trainmon.writers.base import Writer, WriterGroup
 _log = get_logger("writers")
 
 _Op = tuple[str, Any, int]  # (what, payload, values it holds)
+_COUNTER_SLACK = 1024  # room past a lane's bound for trainmon's own counters (a stuck lane
+# still fills up, so memory stays bounded)
 
 
 class FlushBarrier:
@@ -146,14 +148,15 @@ class WriterLanes:
 
     # ---- what the pipeline calls (one thread) ------------------------------------------------
 
-    def write(self, records: Sequence[StepScalars]) -> None:
-        """Per-step records, to the writers that take every step."""
+    def write(self, records: Sequence[StepScalars], *, bounded: bool = True) -> None:
+        """Per-step records, to the writers that take every step; ``bounded=False`` for
+        trainmon's own few counter values, which a lane that is merely full must not lose."""
         if not records:
             return
         count = sum(len(record.values) for record in records)
         for lane in self._lanes:
             if lane.writer.every == "step":
-                self._put(lane, ("write", records, count))
+                self._put(lane, ("write", records, count), bounded)
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         """Completed windows, to every writer (see :meth:`WriterGroup.write_windows`)."""
@@ -182,12 +185,15 @@ class WriterLanes:
                 lane.ops.append(("resume", (step, identity), 0))
                 lane.wakeup.set()
 
-    def barrier(self) -> FlushBarrier:
-        """A barrier over the lanes worth waiting for: not detached, not stuck in a call."""
+    def barrier(self, *, detached_too: bool = False) -> FlushBarrier:
+        """A barrier over the lanes worth waiting for: not stuck in a call, not closed, and
+        (unless ``detached_too``, as at close) not detached."""
         live = [
             lane
             for lane in self._lanes
-            if not lane.detached and not lane.is_stuck(self.full_wait_s) and not lane.closed
+            if (detached_too or not lane.detached)
+            and not lane.is_stuck(self.full_wait_s)
+            and not lane.closed
         ]
         return FlushBarrier(live, skipped=len(self._lanes) - len(live))
 
@@ -228,17 +234,20 @@ class WriterLanes:
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _put(self, lane: _Lane, op: _Op) -> None:
+    def _put(self, lane: _Lane, op: _Op, bounded: bool = True) -> None:
         count = op[2]
         if lane.closed:
             return
-        full = lane.pending + count > lane.capacity and lane.pending > 0
+        limit = lane.capacity + (0 if bounded else _COUNTER_SLACK)
+        full = lane.pending + count > limit and lane.pending > 0
         if full and not self._room(lane, count):
             lane.missed += count
             return
         lane.enqueued += count
+        idle = not lane.ops  # a lane with ops queued looks again after each: no wake-up needed
         lane.ops.append(op)
-        lane.wakeup.set()
+        if idle:
+            lane.wakeup.set()
 
     def _room(self, lane: _Lane, count: int) -> bool:
         """Wait (bounded) for room in a full lane; detach it (one warning) when there is none."""
