@@ -122,6 +122,21 @@ class Monitor:
             self._check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
+    def write_side_events(self, events: Iterable[Item], writer_kinds: Iterable[str]) -> None:
+        """Record ``(name, value, step)`` events whose step is another x axis (DeepSpeed's
+        ``global_samples``) for the writers of ``writer_kinds`` only (``"tensorboard"``,
+        ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
+        count training steps and expect every rank to log them. Returns at once."""
+        checked = self._check_slowly(tuple(events))
+        for item in checked:
+            if len(item) != 3 or item[2] is None:
+                raise TypeError(
+                    f"write_side_events: event {item!r} has no step; expected (name, value, step) "
+                    f"with the step on the events' own axis"
+                )
+        if checked:
+            self._pipeline.put_side(time.time(), checked, frozenset(writer_kinds))
+
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
         return Timer(self, name)

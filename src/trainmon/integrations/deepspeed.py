@@ -1,0 +1,526 @@
+"""``trainmon.attach``: trainmon's monitoring beside a real ``deepspeed.initialize`` engine.
+
+The driver wraps the engine's public ``forward``, ``backward``, ``step``, ``save_checkpoint``
+and ``load_checkpoint`` (instance attributes, so :func:`detach` restores the class's methods)
+and replaces ``engine.monitor`` with :class:`DeepSpeedEvents`, which sends DeepSpeed's own
+``(name, value, global_samples)`` events through trainmon's background writers. DeepSpeed is
+imported only when a breakdown is taken over, never by ``import trainmon``.
+
+What touches DeepSpeed's internals, on purpose and only here: with DeepSpeed's own
+``wall_clock_breakdown`` on, ``engine._config.wall_clock_breakdown`` is set to false and
+``engine.engine_timers`` replaced by timer lists without the breakdown timers, which turns off
+DeepSpeed's synchronising timers and its per-step ``time (ms)`` prints; a ZeRO optimizer that
+was handed the engine's timers gets DeepSpeed's ``NoopTimer`` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainmon.checkpoint import load_monitor_state, save_monitor_state
+from trainmon.config import TrainmonConfig, load_config
+from trainmon.device_timing import SpanTimer, span_timers
+from trainmon.distributed import MONITORING_CALL
+from trainmon.errors import TrainmonError
+from trainmon.logging import get_logger
+from trainmon.meters import PEAK_RSS_PROBE, RSS_PROBE, TensorMean, cuda_memory_mb, total_grad_norm
+from trainmon.monitor import Monitor
+from trainmon.throughput import mfu, tflops
+from trainmon.values import Deferred
+
+_log = get_logger("deepspeed")
+
+#: The backends DeepSpeed's own events go to: the layouts DeepSpeed itself writes them in.
+#: W&B and Comet keep trainmon's step axis (a second, samples-based axis would break W&B's
+#: monotonic step), and the journal and console hold training steps only.
+DEEPSPEED_EVENT_WRITERS = frozenset({"tensorboard", "csv"})
+
+#: DeepSpeed's breakdown events (``_write_monitor``), written from trainmon's timers when the
+#: config asks for DeepSpeed's ``wall_clock_breakdown``.
+_DS_BREAKDOWN_PREFIX = "Train/Samples/elapsed_time_ms_"
+
+_WRAPPED = ("forward", "backward", "step", "save_checkpoint", "load_checkpoint")
+_attached: weakref.WeakKeyDictionary[Any, _DeepSpeedDriver] = weakref.WeakKeyDictionary()
+
+
+class AttachError(TrainmonError, RuntimeError):
+    """``attach`` was given something it cannot monitor; the message says what was expected."""
+
+
+def attach(engine: Any, config: Mapping[str, Any] | None = None) -> Monitor:
+    """Monitor a DeepSpeed engine (what ``deepspeed.initialize`` returned) with trainmon.
+
+    ``config`` defaults to the config the engine was built with; a mapping given here is
+    merged over it (section by section), so trainmon-only sections (``jsonl``, ``alerts``,
+    ``trainmon``, ...) can be added without touching the DeepSpeed config. Returns the
+    :class:`~trainmon.Monitor`; close it (or call :func:`detach`) at the end.
+    """
+    for name in ("forward", "backward", "step", "global_steps", "get_lr"):
+        if not hasattr(engine, name):
+            raise AttachError(
+                f"attach(engine): {type(engine).__name__} has no {name!r}; expected the engine "
+                f"returned by deepspeed.initialize"
+            )
+    if engine in _attached:
+        raise AttachError("attach(engine): this engine is already attached; call detach first")
+    if config is not None and not isinstance(config, Mapping):
+        raise AttachError(
+            f"attach(engine, config={config!r}): expected a mapping merged over the engine's "
+            f"DeepSpeed config, or None"
+        )
+    merged = merge_configs(engine_config(engine), config or {})
+    merged["train_batch_size"] = int(engine.train_batch_size())
+    merged["train_micro_batch_size_per_gpu"] = int(engine.train_micro_batch_size_per_gpu())
+    merged["gradient_accumulation_steps"] = int(engine.gradient_accumulation_steps())
+    cfg = load_config(merged)
+    driver = _DeepSpeedDriver(engine, cfg)
+    _attached[engine] = driver
+    return driver.monitor
+
+
+def detach(engine: Any) -> None:
+    """Undo :func:`attach`: restore the engine's methods and monitor, close trainmon's monitor."""
+    driver = _attached.pop(engine, None)
+    if driver is not None:
+        driver.detach()
+
+
+def engine_config(engine: Any) -> dict[str, Any]:
+    """The DeepSpeed config the engine was built with, as a dict."""
+    source = getattr(engine, "config", None)
+    if isinstance(source, Mapping):
+        return dict(source)
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+        data = json.loads(Path(source).read_text())
+        if isinstance(data, Mapping):
+            return dict(data)
+    params = getattr(getattr(engine, "_config", None), "_param_dict", None)
+    return dict(params) if isinstance(params, Mapping) else {}
+
+
+def merge_configs(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: mappings key by key (recursively), anything else replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        old = merged.get(key)
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            merged[key] = merge_configs(old, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class DeepSpeedEvents:
+    """Stands in for DeepSpeed's ``engine.monitor``: ``write_events`` and ``enabled`` as before.
+
+    ``write_events([(name, value, global_samples), ...])`` returns at once; the events go to
+    trainmon's TensorBoard and CSV writers (DeepSpeed's layouts), on rank 0 only as in
+    DeepSpeed, and never into trainmon's step windows.
+    """
+
+    tb_monitor = None
+    wandb_monitor = None
+    csv_monitor = None
+    comet_monitor = None
+
+    def __init__(self, monitor: Monitor, enabled: bool, rank: int) -> None:
+        self._monitor = monitor
+        self.enabled = enabled
+        self._writes = rank == 0
+
+    def write_events(self, event_list: Any) -> None:
+        """Queue DeepSpeed-style ``(name, value, step)`` events (rank 0 only, as DeepSpeed)."""
+        if self._writes:
+            self._monitor.write_side_events(event_list, DEEPSPEED_EVENT_WRITERS)
+
+
+class _Sum(Deferred):
+    """A sum of signed terms, some of which may be Deferred (device timings)."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: list[tuple[float, Any]]) -> None:
+        self.terms = terms
+
+    def resolve(self) -> float:
+        total = 0.0
+        for sign, term in self.terms:
+            value = term.resolve() if isinstance(term, Deferred) else term
+            total += sign * float(value if value is not None else math.nan)
+        return total
+
+
+def _combine(terms: list[tuple[float, Any]]) -> Any:
+    """The sum as a float when every term is a number, else a :class:`_Sum`."""
+    if any(isinstance(term, Deferred) for _, term in terms):
+        return _Sum(terms)
+    return sum(sign * term for sign, term in terms)
+
+
+class _DataParallelMean(Deferred):
+    """The mean loss over the data-parallel ranks: an async all-reduce waited for here.
+
+    The training thread only issues ``all_reduce(async_op=True)`` on one element; the wait
+    and the read happen on the monitor's background thread.
+    """
+
+    __slots__ = ("ranks", "tensor", "work")
+
+    def __init__(self, tensor: Any, work: Any, ranks: int) -> None:
+        self.tensor = tensor
+        self.work = work
+        self.ranks = ranks
+
+    def resolve(self) -> float:
+        self.work.wait()
+        return float(self.tensor.item()) / self.ranks
+
+
+class _DeepSpeedDriver:
+    """Translates a DeepSpeed engine's calls into trainmon's per-step metrics."""
+
+    def __init__(self, engine: Any, config: TrainmonConfig) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.engine = engine
+        self.config = config
+        self.monitor = Monitor(config, all_ranks_log=True)
+        self._torch = torch
+        self._is_grad_enabled = torch.is_grad_enabled
+        try:
+            self._set_up(engine, config, dist)
+        except BaseException:
+            self.monitor.close()
+            raise
+
+    def _set_up(self, engine: Any, config: TrainmonConfig, dist: Any) -> None:
+        self._dist_on = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self._dist_on else 0
+        self._dp = int(getattr(engine, "dp_world_size", 1) or 1)
+        self._dp_group = getattr(engine, "data_parallel_group", None)
+        self.device = getattr(engine, "device", None) or self._torch.device("cpu")
+        if not isinstance(self.device, self._torch.device):
+            self.device = self._torch.device(self.device)
+        # DeepSpeed's breakdown: trainmon's timers instead of DeepSpeed's synchronising ones
+        self._ds_breakdown = bool(engine.wall_clock_breakdown())
+        if self._ds_breakdown:
+            self._take_over_breakdown(engine)
+        self._breakdown = config.wall_clock_breakdown or self._ds_breakdown
+        timers = span_timers(self.device, 3) if self._breakdown else [None, None, None]
+        self._fwd: SpanTimer | None = timers[0]
+        self._bwd: SpanTimer | None = timers[1]
+        self._opt: SpanTimer | None = timers[2]
+        self._comms = self._start_comms(config)
+        self._comm_fwd: list[Any] = []
+        self._comm_bwd: list[Any] = []
+        self._comm_opt: list[Any] = []
+        # throughput from the engine's batch sizes: this rank's samples per optimizer step
+        self._samples_per_step = int(engine.train_micro_batch_size_per_gpu()) * int(
+            engine.gradient_accumulation_steps()
+        )
+        throughput = config.throughput
+        self._tokens_per_sample = throughput.tokens_per_sample
+        self._flops_per_sample = throughput.flops_per_sample
+        self._peak_tflops = throughput.peak_tflops
+        self._cuda = self.device.type == "cuda"
+        self._fp16 = bool(engine.fp16_enabled())
+        # the norm DeepSpeed leaves None (ZeRO 0 in fp32) is computed here, before the step
+        self._own_norm = (
+            int(engine.zero_optimization_stage()) == 0
+            and not self._fp16
+            and not bool(engine.bfloat16_enabled())
+        )
+        self._params = [p for p in engine.module.parameters() if p.requires_grad]
+        self._uniform = len({(p.device, p.dtype) for p in self._params}) <= 1
+        # per-step state
+        self._losses: list[Any] = []
+        self._step_started: float | None = None
+        self._idle_since: float | None = None
+        self._data_s = 0.0
+        # DeepSpeed's events through trainmon
+        self._ds_monitor = engine.monitor
+        events_on = bool(getattr(self._ds_monitor, "enabled", False))
+        events_on = events_on or config.tensorboard.enabled or config.csv_monitor.enabled
+        self._release_deepspeed_writers(self._ds_monitor)
+        self.events = DeepSpeedEvents(self.monitor, events_on, self.rank)
+        engine.monitor = self.events
+        self._originals = {
+            name: getattr(engine, name) for name in _WRAPPED if hasattr(engine, name)
+        }
+        engine.forward = self.forward
+        engine.backward = self.backward
+        engine.step = self.step
+        if "save_checkpoint" in self._originals:
+            engine.save_checkpoint = self.save_checkpoint
+        if "load_checkpoint" in self._originals:
+            engine.load_checkpoint = self.load_checkpoint
+
+    # ---- set-up helpers ---------------------------------------------------------------------
+
+    @staticmethod
+    def _take_over_breakdown(engine: Any) -> None:
+        """DeepSpeed's breakdown timers synchronise the device and print every step: off."""
+        from deepspeed.runtime.engine import EngineTimers
+        from deepspeed.utils.timer import NoopTimer
+
+        engine._config.wall_clock_breakdown = False
+        engine.engine_timers = EngineTimers(
+            enable_micro_timers=False, enable_global_timers=bool(engine.flops_profiler_enabled())
+        )
+        optimizer: Any = getattr(engine, "optimizer", None)
+        if optimizer is not None and getattr(optimizer, "timers", None) is engine.timers:
+            optimizer.timers = NoopTimer()  # ZeRO's optimizer_* timers were the engine's
+
+    @staticmethod
+    def _release_deepspeed_writers(ds_monitor: Any) -> None:
+        """Close the TensorBoard file DeepSpeed opened in ``initialize`` (trainmon writes now)."""
+        tb = getattr(ds_monitor, "tb_monitor", None)
+        writer = getattr(tb, "summary_writer", None)
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception:
+                _log.warning("could not close DeepSpeed's TensorBoard writer", exc_info=True)
+
+    def _start_comms(self, config: TrainmonConfig) -> Any:
+        if not self._dist_on or not (self._breakdown or config.comms_logger.enabled):
+            return None
+        from trainmon.comms import CommsLogger
+
+        comms = CommsLogger(
+            config.comms_logger, self.monitor, record_stats=config.comms_logger.enabled
+        )
+        comms.install()
+        return comms
+
+    # ---- the wrapped engine methods (the hot path) ------------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's forward, timed when gradients are on (evaluation passes untimed)."""
+        original = self._originals["forward"]
+        if not self._is_grad_enabled():
+            return original(*args, **kwargs)
+        now = time.perf_counter()
+        if self._step_started is None:
+            self._step_started = now
+        idle = self._idle_since
+        if idle is not None:
+            self._idle_since = None
+            self._data_s += now - idle
+        timer = self._fwd
+        if timer is None:
+            return original(*args, **kwargs)
+        self._take_comm(None)
+        timer.start()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timer.stop()
+            self._take_comm(self._comm_fwd)
+
+    def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's backward; the micro-batch's loss is kept (detached) for ``train/loss``."""
+        if isinstance(loss, self._torch.Tensor):
+            self._losses.append(loss.detach())
+        timer = self._bwd
+        if timer is None:
+            result = self._originals["backward"](loss, *args, **kwargs)
+        else:
+            self._take_comm(None)
+            timer.start()
+            try:
+                result = self._originals["backward"](loss, *args, **kwargs)
+            finally:
+                timer.stop()
+                self._take_comm(self._comm_bwd)
+        self._idle_since = time.perf_counter()
+        return result
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's step; at an accumulation boundary, the step's metrics are logged."""
+        engine = self.engine
+        boundary = bool(engine.is_gradient_accumulation_boundary())
+        timer = self._opt
+        if timer is not None:
+            self._take_comm(None)
+            timer.start()
+        norm = None
+        try:
+            if boundary and self._own_norm:
+                grads = [p.grad for p in self._params if p.grad is not None]
+                norm = total_grad_norm(grads, self._uniform) if grads else None
+            result = self._originals["step"](*args, **kwargs)
+        finally:
+            if timer is not None:
+                timer.stop()
+                self._take_comm(self._comm_opt)
+        if boundary:
+            self._log_step(norm)
+            self.monitor.step_end(engine, int(engine.global_steps))
+        self._idle_since = time.perf_counter()
+        return result
+
+    def _take_comm(self, into: list[Any] | None) -> None:
+        """Hand the collectives' time since the last call to one phase (or drop it: None)."""
+        comms = self._comms
+        if comms is None:
+            return
+        spent = comms.take_step_comm_ms()
+        if into is not None and spent:
+            into.append(spent)
+
+    def _log_step(self, norm: Any) -> None:
+        engine = self.engine
+        now = time.perf_counter()
+        started = self._step_started
+        step_s = now - started if started is not None else 0.0
+        self._step_started = now
+        if norm is None and not self._own_norm:
+            norm = engine.get_global_grad_norm()
+            if norm is None and int(engine.global_steps) <= 1:
+                self._own_norm = True  # this optimizer keeps no norm: compute it from now on
+        items: list[tuple[str, Any]] = [
+            ("train/loss", self._step_loss()),
+            ("train/lr", engine.get_lr()[0]),
+            ("train/grad_norm", norm),
+            ("perf/step_time_ms", step_s * 1e3),
+        ]
+        samples_per_sec = self._samples_per_step / step_s if step_s > 0.0 else 0.0
+        items.append(("perf/samples_per_sec", samples_per_sec))
+        if self._tokens_per_sample is not None:
+            items.append(("perf/tokens_per_sec", samples_per_sec * self._tokens_per_sample))
+        if self._flops_per_sample is not None:
+            achieved = tflops(samples_per_sec, self._flops_per_sample)
+            items.append(("perf/tflops", achieved))
+            if self._peak_tflops is not None:
+                items.append(("perf/mfu", mfu(achieved, self._peak_tflops)))
+        if self._fp16:
+            items.append(("train/loss_scale", _loss_scale(engine.optimizer)))
+        if self._breakdown:
+            items.extend(self._breakdown_items(int(engine.global_samples)))
+        items.append(("mem/rss_mb", RSS_PROBE))
+        items.append(("mem/peak_rss_mb", PEAK_RSS_PROBE))
+        if self._cuda:
+            allocated, peak, reserved = cuda_memory_mb(self.device)
+            items += [
+                ("mem/allocated_mb", allocated),
+                ("mem/peak_allocated_mb", peak),
+                ("mem/reserved_mb", reserved),
+            ]
+        monitor = self.monitor
+        monitor.step = int(engine.global_steps)
+        monitor.write_events(items)
+
+    def _step_loss(self) -> Any:
+        """Mean of the step's micro-batch losses; under data parallelism, over the ranks too."""
+        losses, self._losses = self._losses, []
+        if not losses:
+            return None
+        if self._dp <= 1 or not self._dist_on:
+            return losses[0] if len(losses) == 1 else TensorMean(losses)
+        torch = self._torch
+        with torch.no_grad():
+            local = torch.stack([t.reshape(()).float() for t in losses]).mean()
+        MONITORING_CALL.active = True
+        try:
+            work = self._dist_all_reduce(local)
+        finally:
+            MONITORING_CALL.active = False
+        return _DataParallelMean(local, work, self._dp)
+
+    def _dist_all_reduce(self, tensor: Any) -> Any:
+        import torch.distributed as dist
+
+        return dist.all_reduce(tensor, group=self._dp_group, async_op=True)
+
+    def _breakdown_items(self, samples: int) -> list[tuple[str, Any]]:
+        """The disjoint parts: each phase's time minus the collectives inside it; and, when
+        the config asked for DeepSpeed's own breakdown, its events at ``global_samples``."""
+        fwd = self._fwd.take()  # type: ignore[union-attr]
+        bwd = self._bwd.take()  # type: ignore[union-attr]
+        opt = self._opt.take()  # type: ignore[union-attr]
+        comm_fwd, self._comm_fwd = self._comm_fwd, []
+        comm_bwd, self._comm_bwd = self._comm_bwd, []
+        comm_opt, self._comm_opt = self._comm_opt, []
+        data_ms = self._data_s * 1e3
+        self._data_s = 0.0
+        comm = [(1.0, c) for c in comm_fwd + comm_bwd + comm_opt]
+        items: list[tuple[str, Any]] = [
+            ("perf/forward_ms", _combine([(1.0, fwd)] + [(-1.0, c) for c in comm_fwd])),
+            ("perf/backward_ms", _combine([(1.0, bwd)] + [(-1.0, c) for c in comm_bwd])),
+            ("perf/optimizer_ms", _combine([(1.0, opt)] + [(-1.0, c) for c in comm_opt])),
+            ("perf/comm_ms", _combine(comm) if comm else 0.0),
+            ("perf/data_ms", data_ms),
+        ]
+        if self._ds_breakdown and self.events.enabled:
+            bwd_comm = _combine([(1.0, c) for c in comm_bwd]) if comm_bwd else 0.0
+            self.events.write_events(
+                [
+                    (_DS_BREAKDOWN_PREFIX + "forward", fwd, samples),
+                    (_DS_BREAKDOWN_PREFIX + "backward", bwd, samples),
+                    (_DS_BREAKDOWN_PREFIX + "backward_inner", items[1][1], samples),
+                    (_DS_BREAKDOWN_PREFIX + "backward_allreduce", bwd_comm, samples),
+                    (_DS_BREAKDOWN_PREFIX + "step", opt, samples),
+                ]
+            )
+        return items
+
+    # ---- checkpoints ------------------------------------------------------------------------
+
+    def save_checkpoint(
+        self, save_dir: str, tag: Any = None, client_state: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        """DeepSpeed's save, after draining trainmon (raises ``TrainingStopped`` if a stop rule
+        fired, on every rank); trainmon's state goes beside it in the tag folder."""
+        self.monitor.checkpoint_barrier(all_ranks=self._dist_on)
+        if tag is None:
+            tag = f"global_step{int(self.engine.global_steps)}"  # DeepSpeed's default tag
+        save_monitor_state(self.monitor, Path(save_dir) / str(tag))
+        client = {} if client_state is None else client_state
+        return self._originals["save_checkpoint"](save_dir, tag, client, *args, **kwargs)
+
+    def load_checkpoint(self, load_dir: str, *args: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's load; then trainmon continues from the state saved beside it."""
+        result = self._originals["load_checkpoint"](load_dir, *args, **kwargs)
+        load_path = result[0] if isinstance(result, tuple) and result else None
+        if load_path is not None:
+            load_monitor_state(
+                self.monitor, Path(load_path).parent, step=int(self.engine.global_steps)
+            )
+            self._losses = []
+            self._step_started = None
+            self._idle_since = None
+            self._data_s = 0.0
+        return result
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def detach(self) -> None:
+        """Restore the engine's methods and DeepSpeed's monitor; close trainmon's monitor."""
+        engine = self.engine
+        for name in self._originals:
+            with contextlib.suppress(AttributeError):
+                delattr(engine, name)
+        engine.monitor = self._ds_monitor
+        comms, self._comms = self._comms, None
+        if comms is not None:
+            comms.uninstall()
+        self.monitor.close()
+
+
+def _loss_scale(optimizer: Any) -> Any:
+    """DeepSpeed's current fp16 loss scale (where DeepSpeed itself reads it)."""
+    config = getattr(optimizer, "loss_scale_config", None)
+    scale: Callable[[], Any] | Any = getattr(config, "cur_scale", None)
+    if scale is None:
+        scale = getattr(optimizer, "cur_scale", None)
+    return scale
