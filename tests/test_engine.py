@@ -31,7 +31,7 @@ STEP_METRICS = {
     "mem/rss_mb",
     "mem/peak_rss_mb",
 }
-BREAKDOWN = {"perf/forward_ms", "perf/backward_ms", "perf/optimizer_ms", "perf/comm_ms"}
+BREAKDOWN = {"perf/forward_ms", "perf/backward_inner_ms", "perf/optimizer_ms", "perf/comm_ms"}
 BREAKDOWN |= {"perf/data_ms"}
 
 

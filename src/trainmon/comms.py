@@ -422,6 +422,7 @@ class CommsLogger:
         self._group_sizes: dict[Any, int] = {}
         self._metric_names: dict[str, tuple[str, ...]] = {}
         self._record_errors = 0
+        self._host_ms = 0.0
         self._ops = self._selected_ops()
 
     def _selected_ops(self) -> tuple[str, ...]:
@@ -527,6 +528,8 @@ class CommsLogger:
             try:
                 if async_op and result is not None:
                     latency = logger._time_async_on_host(result, start, latency)
+                else:
+                    logger._host_ms += latency
                 n = group_sizes.get(group)
                 if n is None:
                     n = logger._group_size(group)
@@ -622,6 +625,14 @@ class CommsLogger:
             )
 
     # ---- per step ------------------------------------------------------------------------
+
+    def host_comm_ms(self) -> float:
+        """Milliseconds spent so far in blocking collectives timed on the host (never reset).
+
+        The step's phase clock takes the growth of this total out of a phase that ran a
+        collective, so the time counts in ``perf/comm_ms`` only.
+        """
+        return self._host_ms
 
     def take_step_comm_ms(self) -> float | Deferred:
         """Milliseconds spent in collectives since the previous call (for ``perf/comm_ms``).

@@ -80,7 +80,7 @@ MONITORING_CALL = _MonitoringCall()
 REDUCED_METRICS: tuple[tuple[str, str], ...] = (
     ("perf/step_time_ms", "mean"),
     ("perf/forward_ms", "mean"),
-    ("perf/backward_ms", "mean"),
+    ("perf/backward_inner_ms", "mean"),
     ("perf/optimizer_ms", "mean"),
     ("perf/comm_ms", "mean"),
     ("perf/data_ms", "mean"),

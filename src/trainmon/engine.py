@@ -49,9 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import math
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -59,21 +57,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainmon import checkpoint
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.device_timing import SpanTimer, span_timers
 from trainmon.distributed import discover
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
+from trainmon.instrument import StepInstrument
 from trainmon.logging import get_logger
-from trainmon.meters import (
-    PEAK_RSS_PROBE,
-    RSS_PROBE,
-    TensorMean,
-    cuda_alloc_retries,
-    cuda_memory_mb,
-    total_grad_norm,
-)
+from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
-from trainmon.throughput import mfu, peak_tflops_for, tflops
 
 if TYPE_CHECKING:
     import torch
@@ -387,42 +377,20 @@ class TrainmonEngine:
                 batch.world_size,
             )
 
-        # what to log
-        self._breakdown = config.wall_clock_breakdown
-        timers = span_timers(self.device, 3) if self._breakdown else [None, None, None]
-        self._fwd_timer: SpanTimer | None = timers[0]
-        self._bwd_timer: SpanTimer | None = timers[1]
-        self._opt_timer: SpanTimer | None = timers[2]
-        self._comms: Any = self._start_comms(config, dist_on)
-        throughput = config.throughput
-        self._samples_per_step = batch.micro_batch_size * batch.gradient_accumulation_steps
-        self._tokens_per_sample = throughput.tokens_per_sample
-        self._flops_per_sample = throughput.flops_per_sample
-        self._peak_tflops = throughput.peak_tflops
-        on_cuda = self.device.type == "cuda"
-        if self._peak_tflops is None and on_cuda:
-            self._peak_tflops = peak_tflops_for(torch.cuda.get_device_name(self.device))
-        if self._flops_per_sample is not None and self._peak_tflops is None:
-            _log.info(
-                "perf/mfu is not logged: the peak TFLOPS of device %r is not known; set "
-                "throughput.peak_tflops to log it",
-                torch.cuda.get_device_name(self.device) if on_cuda else self.device.type,
-            )
-        self._cuda_memory = on_cuda
-        self._print_every = config.steps_per_print
+        # what to log: the instrument owns every measurement; the engine only drives it
+        self.instrument = StepInstrument(
+            self.monitor,
+            samples_per_step=batch.micro_batch_size * batch.gradient_accumulation_steps,
+            device=self.device,
+            breakdown=config.wall_clock_breakdown,
+        )
         self._step_end: Callable[[Any, int], None] | None = getattr(self.monitor, "step_end", None)
-        self._names = self._metric_names(with_retries=False)
-        self._names_with_retries = self._metric_names(with_retries=on_cuda)
 
         # per-step state
-        self._losses: list[Any] = []
         self._forwarded = False
         self._backward_since_step = False
         self._step_applied = False
-        self._step_started: float | None = None
-        self._idle_since: float | None = None
-        self._data_s = 0.0
-        self._loader_timed = False
+        self._loader_timed = False  # the loader we built times its waits: no gap timing
         self._grad_norm: Any = None
         self._grad_norm_float: float | None = None
         self._params: list[Any] = []
@@ -447,26 +415,17 @@ class TrainmonEngine:
                 return self.module(*args, **kwargs)
             with autocast():
                 return self.module(*args, **kwargs)
-        now = time.perf_counter()
-        if self._step_started is None:
-            self._step_started = now
-        idle = self._idle_since
-        if idle is not None:
-            self._idle_since = None
-            if not self._loader_timed:
-                self._data_s += now - idle
+        instrument = self.instrument
+        instrument.data_end()  # with the user's own loader: the gap since backward/step
+        instrument.forward_begin()
         self._forwarded = True
-        timer = self._fwd_timer
-        if timer is not None:
-            timer.start()
         try:
             if autocast is None:
                 return self.module(*args, **kwargs)
             with autocast():
                 return self.module(*args, **kwargs)
         finally:
-            if timer is not None:
-                timer.stop()
+            instrument.forward_end()
 
     __call__ = forward
 
@@ -490,22 +449,23 @@ class TrainmonEngine:
                 "returned by the model"
             )
         self._forwarded = retain_graph
-        timer = self._bwd_timer
-        if timer is not None:
-            timer.start()
+        instrument = self.instrument
+        instrument.record_loss(loss)
+        instrument.backward_begin()
         try:
-            self._losses.append(loss.detach())
             scaled: Any = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss
             if self._scaler is not None:
                 scaled = self._scaler.scale(scaled)
             scaled.backward(retain_graph=retain_graph)
-            if self._dp and (self.micro_steps + 1) % self._gas == 0:
-                self._allreduce_gradients()
         finally:
-            if timer is not None:
-                timer.stop()
+            instrument.backward_end()
+        if self._dp and (self.micro_steps + 1) % self._gas == 0:
+            instrument.comm_begin()
+            try:
+                self._allreduce_gradients()
+            finally:
+                instrument.comm_end()
         self._backward_since_step = True
-        self._idle_since = time.perf_counter()
         return loss
 
     def step(self, lr_kwargs: Mapping[str, Any] | None = None) -> None:
@@ -525,15 +485,16 @@ class TrainmonEngine:
         if applied:
             self._optimizer_step(lr_kwargs)
         self.micro_steps += 1
+        if not self._loader_timed:
+            # with the user's own loader, the wait for data is the gap until the next forward
+            self.instrument.data_begin()
         if applied and self._step_end is not None:
             # on_step_end callbacks; raises TrainingStopped when an alert asked to stop
             self._step_end(self, self.global_steps)
-        self._idle_since = time.perf_counter()
 
     def _optimizer_step(self, lr_kwargs: Mapping[str, Any] | None) -> None:
-        timer = self._opt_timer
-        if timer is not None:
-            timer.start()
+        instrument = self.instrument
+        instrument.optimizer_begin()
         optimizer = self.optimizer
         scaler = self._scaler
         if len(optimizer.param_groups) != self._groups_seen:
@@ -556,81 +517,19 @@ class TrainmonEngine:
             else:
                 self.lr_scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        if timer is not None:
-            timer.stop()
+        instrument.optimizer_end()
         self.global_steps += 1
         self.global_samples += self._batch.train_batch_size
         self._grad_norm = norm
         self._grad_norm_float = None
-        now = time.perf_counter()
-        started = self._step_started
-        step_s = now - started if started is not None else 0.0
-        self._step_started = now
-        monitor = self.monitor
-        monitor.step = self.global_steps
-        monitor._enqueue(self._step_items(norm, step_s), True)
-
-    def _step_items(self, norm: Any, step_s: float) -> tuple[tuple[str, Any], ...]:
-        """The step's ``(name, value)`` pairs, in the order of the precomputed names."""
-        losses = self._losses
-        self._losses = []
-        # the comms logger holds each collective until handed over: take them every step
-        comm_ms = self._comms.take_step_comm_ms() if self._comms is not None else 0.0
-        values: list[Any] = [
-            losses[0] if len(losses) == 1 else TensorMean(losses),
-            self.optimizer.param_groups[0]["lr"],
-            norm,
-            step_s * 1e3,
-        ]
-        samples_per_sec = self._samples_per_step / step_s if step_s > 0.0 else 0.0
-        values.append(samples_per_sec)
-        if self._tokens_per_sample is not None:
-            values.append(samples_per_sec * self._tokens_per_sample)
-        if self._flops_per_sample is not None:
-            achieved = tflops(samples_per_sec, self._flops_per_sample)
-            values.append(achieved)
-            if self._peak_tflops is not None:
-                values.append(mfu(achieved, self._peak_tflops))
-        if self._scaler is not None:
-            scale = getattr(self._scaler, "_scale", None)
-            values.append(scale.clone() if scale is not None else math.nan)
-        if self._breakdown:
-            values.append(self._fwd_timer.take())  # type: ignore[union-attr]
-            values.append(self._bwd_timer.take())  # type: ignore[union-attr]
-            values.append(self._opt_timer.take())  # type: ignore[union-attr]
-            values.append(comm_ms)
-            values.append(self._data_s * 1e3)
-            self._data_s = 0.0
-        values.append(RSS_PROBE)
-        values.append(PEAK_RSS_PROBE)
-        names = self._names
-        if self._cuda_memory:
-            values.extend(cuda_memory_mb(self.device))
-            if self.global_steps % self._print_every == 0:
-                values.append(cuda_alloc_retries(self.device))
-                names = self._names_with_retries
-        return tuple(zip(names, values, strict=True))
-
-    def _metric_names(self, with_retries: bool) -> tuple[str, ...]:
-        names = ["train/loss", "train/lr", "train/grad_norm", "perf/step_time_ms"]
-        names.append("perf/samples_per_sec")
-        if self._tokens_per_sample is not None:
-            names.append("perf/tokens_per_sec")
-        if self._flops_per_sample is not None:
-            names.append("perf/tflops")
-            if self._peak_tflops is not None:
-                names.append("perf/mfu")
-        if self._scaler is not None:
-            names.append("train/loss_scale")
-        if self._breakdown:
-            names += ["perf/forward_ms", "perf/backward_ms", "perf/optimizer_ms"]
-            names += ["perf/comm_ms", "perf/data_ms"]
-        names += ["mem/rss_mb", "mem/peak_rss_mb"]
-        if self._cuda_memory:
-            names += ["mem/allocated_mb", "mem/peak_allocated_mb", "mem/reserved_mb"]
-        if with_retries:
-            names.append("mem/alloc_retries")
-        return tuple(names)
+        instrument.record_grad_norm(norm)
+        loss_scale: Any = None
+        if scaler is not None:
+            scale = getattr(scaler, "_scale", None)
+            loss_scale = scale.clone() if scale is not None else math.nan
+        instrument.step_end(
+            self.global_steps, lr=optimizer.param_groups[0]["lr"], loss_scale=loss_scale
+        )
 
     # ---- DeepSpeed's accessors ------------------------------------------------------------
 
@@ -746,12 +645,7 @@ class TrainmonEngine:
         if self._closed:
             return
         self._closed = True
-        comms, self._comms = self._comms, None
-        if comms is not None:
-            try:
-                comms.log_summary()
-            finally:
-                comms.uninstall()
+        self.instrument.close()
         if self._owns_monitor:
             self.monitor.close()
 
@@ -784,7 +678,13 @@ class TrainmonEngine:
         self._uniform_grads = len(kinds) <= 1
 
     def _allreduce_gradients(self) -> None:
-        """Average gradients across ranks, one flat all-reduce per (device, dtype) group."""
+        """Average gradients across ranks, one flat all-reduce per (device, dtype) group.
+
+        The step's mean loss rides along as one more element of the first fp32/fp64 group, so
+        ``train/loss`` is the data-parallel mean at no extra collective (a separate one-element
+        all-reduce only when every gradient is 16-bit).
+        """
+        import torch
         import torch.distributed as dist
         from torch import _utils
 
@@ -795,12 +695,22 @@ class TrainmonEngine:
             if p.grad is not None:
                 groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
         size = dist.get_world_size()
-        for grads in groups.values():
-            flat = flatten(grads)
+        instrument = self.instrument
+        loss = instrument.local_loss()
+        for (device, dtype), grads in groups.items():
+            carries = loss is not None and dtype in (torch.float32, torch.float64)
+            flat = flatten([*grads, loss.to(device, dtype)] if carries else grads)
             dist.all_reduce(flat)
             flat.div_(size)
             for grad, synced in zip(grads, unflatten(flat, grads), strict=True):
                 grad.copy_(synced)
+            if carries:
+                instrument.replace_loss(flat[-1].clone())
+                loss = None
+        if loss is not None:  # only 16-bit gradients (or none): reduce the loss on its own
+            reduced = loss.clone()  # the local mean may share the caller's loss storage
+            dist.all_reduce(reduced)
+            instrument.replace_loss(reduced.div_(size))
 
     def _autocast_factory(self, dtype: Any) -> Callable[[], contextlib.AbstractContextManager[Any]]:
         import torch
@@ -834,21 +744,6 @@ class TrainmonEngine:
                 f"or turn fp16 off"
             )
         return scaler
-
-    def _start_comms(self, config: TrainmonConfig, dist_on: bool) -> Any:
-        """A collective logger when torch.distributed runs and someone wants its numbers."""
-        if not dist_on or not (config.wall_clock_breakdown or config.comms_logger.enabled):
-            return None
-        try:
-            comms_module = importlib.import_module("trainmon.comms")
-        except ImportError:
-            _log.info("collective timing is not available in this trainmon; perf/comm_ms is 0")
-            return None
-        comms = comms_module.CommsLogger(
-            config.comms_logger, self.monitor, record_stats=config.comms_logger.enabled
-        )
-        comms.install()
-        return comms
 
     def _bad_loss_message(self, loss: Any) -> str:
         if isinstance(loss, self._tensor_type):
@@ -900,15 +795,14 @@ class _TimedIterator:
         return self
 
     def __next__(self) -> Any:
-        started = time.perf_counter()
+        engine = self._engine
+        engine._loader_timed = True
+        instrument = engine.instrument
+        instrument.data_begin()
         try:
             return next(self._iterator)
         finally:
-            engine = self._engine
-            engine._data_s += time.perf_counter() - started
-            engine._loader_timed = True
-            if engine._step_started is None:
-                engine._step_started = started
+            instrument.data_end()
 
     def __len__(self) -> int:
         return len(self._iterator)  # type: ignore[arg-type]

@@ -148,6 +148,12 @@ class Monitor:
         """
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
+    def emit_checked(self, items: tuple[Item, ...], resolve: bool = True) -> None:
+        """For trainmon's own producers (the step instrument): queue ``(name, value)`` pairs
+        that are already valid (non-empty string names; numbers, single-element tensors or
+        :class:`~trainmon.values.Deferred`) at :attr:`step`, skipping the per-item checks."""
+        self._pipeline.put((time.time(), self._step, items, resolve), len(items))
+
     # ---- checks off the fast path ----------------------------------------------------------
 
     def _check_slowly(self, items: Sequence[Any]) -> list[Item]:

@@ -121,7 +121,9 @@ class _Planner:
         for index, run in enumerate(self.runs):
             total = run.find(STEP_TIME)
             parts = [
-                (label, s) for label, metric in BREAKDOWN if (s := run.find(metric)) is not None
+                (label, s)
+                for label, metric in BREAKDOWN
+                if (s := run.find_part(metric)) is not None
             ]
             if total is None and not parts:
                 continue

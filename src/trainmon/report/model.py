@@ -42,21 +42,28 @@ DEEPSPEED_ROLES = {
     "train/samples/lr": "train/lr",
     "train/samples/loss_scale": "train/loss_scale",
     "train/samples/elapsed_time_ms_forward": "perf/forward_ms",
-    "train/samples/elapsed_time_ms_backward": "perf/backward_ms",
+    "train/samples/elapsed_time_ms_backward": "perf/backward_ms",  # inner + allreduce
+    "train/samples/elapsed_time_ms_backward_inner": "perf/backward_inner_ms",
+    "train/samples/elapsed_time_ms_backward_allreduce": "perf/backward_allreduce_ms",
     "train/samples/elapsed_time_ms_step": "perf/optimizer_ms",
 }
 
 #: Suffixes of the cross-rank window metrics (see :mod:`trainmon.distributed`).
 CROSS_RANK_STATS = ("min", "mean", "max", "argmax_rank")
 
-#: The parts of a step, as (label, metric), in the order they are stacked.
+#: The parts of a step, as (label, metric), in the order they are stacked. They are disjoint
+#: (the backward's gradient all-reduce is in comm, not in backward), so they add up to at most
+#: the step time; the rest is shown as "other".
 BREAKDOWN = (
     ("forward", "perf/forward_ms"),
-    ("backward", "perf/backward_ms"),
+    ("backward", "perf/backward_inner_ms"),
     ("optimizer", "perf/optimizer_ms"),
     ("comm", "perf/comm_ms"),
     ("data", "perf/data_ms"),
 )
+#: A part's older or coarser name, read when a run lacks the part's own: trainmon before the
+#: disjoint breakdown, and DeepSpeed without ``backward_inner``, logged ``perf/backward_ms``.
+BREAKDOWN_FALLBACK = {"perf/backward_inner_ms": "perf/backward_ms"}
 STEP_TIME = "perf/step_time_ms"
 
 
@@ -147,6 +154,13 @@ class Run:
             if role(name) == metric:
                 return series
         return None
+
+    def find_part(self, metric: str) -> Series | None:
+        """The series of a breakdown part, or of its :data:`BREAKDOWN_FALLBACK` name."""
+        found = self.find(metric)
+        if found is None and metric in BREAKDOWN_FALLBACK:
+            found = self.find(BREAKDOWN_FALLBACK[metric])
+        return found
 
     def require_metrics(self) -> None:
         """Raise :class:`RunError` when the run holds no values yet (say why, and where)."""

@@ -289,7 +289,11 @@ def summarize(run: Run) -> RunSummary:
     if not throughput and run.x_unit == "samples":
         throughput = _samples_per_second(run, metrics)
     step = of(STEP_TIME)
-    parts = [(label, m) for label, metric in BREAKDOWN if (m := of(metric)) is not None]
+    parts = [
+        (label, stats[part.name])
+        for label, metric in BREAKDOWN
+        if (part := run.find_part(metric)) is not None
+    ]
     base = step.mean if step is not None else math.fsum(m.mean for _, m in parts)
     breakdown = [
         BreakdownPart(label, m.name, m.mean, 100 * m.mean / base if base else _NAN)

@@ -28,14 +28,18 @@ from trainmon.aggregate import MetricStats, WindowStats
 from trainmon.events import Number, StepScalars
 from trainmon.writers.base import Writer
 
+#: The step's disjoint parts (label, metric, older name of the same part); what they leave of
+#: the step time is shown as "other".
 _BREAKDOWN = (
-    ("fwd", "perf/forward_ms"),
-    ("bwd", "perf/backward_ms"),
-    ("opt", "perf/optimizer_ms"),
-    ("comm", "perf/comm_ms"),
-    ("data", "perf/data_ms"),
+    ("fwd", "perf/forward_ms", ""),
+    ("bwd", "perf/backward_inner_ms", "perf/backward_ms"),
+    ("opt", "perf/optimizer_ms", ""),
+    ("comm", "perf/comm_ms", ""),
+    ("data", "perf/data_ms", ""),
 )
 _COMM = "perf/comm_ms"
+#: Shown inside ``comm`` already: the engine's gradient all-reduce (DeepSpeed's name).
+_ALLREDUCE = "perf/backward_allreduce_ms"
 _COUNTERS = ("trainmon/dropped_events", "trainmon/writer_errors")
 _CROSS_RANK_SUFFIXES = ("/min", "/mean", "/max", "/argmax_rank", "_rank", "straggler_ratio")
 #: Families whose other metrics are shown first, in this order.
@@ -177,10 +181,13 @@ def format_window(
     step_ms = take("perf/step_time_ms")
     if world_size == 1 and _COMM in metrics:
         used.add(_COMM)
+    if _ALLREDUCE in metrics:
+        used.add(_ALLREDUCE)
     pieces = [
         (label, value)
-        for label, name in _BREAKDOWN
-        if not (world_size == 1 and name == _COMM) and (value := take(name)) is not None
+        for label, name, older in _BREAKDOWN
+        if not (world_size == 1 and name == _COMM)
+        and ((value := take(name)) is not None or (older and (value := take(older)) is not None))
     ]
     breakdown = _breakdown(step_ms, pieces)
     if breakdown is not None:

@@ -1,0 +1,57 @@
+"""The per-step instrumentation every driver feeds: trainmon's engine, ``attach``, callbacks.
+
+A driver translates its framework's hooks into calls on one :class:`StepInstrument`::
+
+    inst = StepInstrument(monitor, samples_per_step=micro_batch * grad_accumulation)
+    inst.data_begin(); batch = next(it); inst.data_end()
+    inst.forward_begin(); loss = model(batch); inst.forward_end()
+    inst.record_loss(loss)                    # per micro-batch; read in the background
+    inst.backward_begin(); loss.backward(); inst.backward_end()
+    inst.comm_begin(); all_reduce(grads); inst.comm_end()
+    inst.optimizer_begin(); inst.record_grad_norm(norm); opt.step(); inst.optimizer_end()
+    inst.step_end(step, lr=lr)                # logs the step's metrics, one enqueue
+    ...
+    inst.close()
+
+Every hook but ``step_end`` is optional: a driver that sees only the end of each step and
+the loss still gets the step time, throughput, loss and memory.
+"""
+
+from trainmon.instrument.clock import (
+    BACKWARD,
+    COMM,
+    DATA,
+    FORWARD,
+    OPTIMIZER,
+    PHASES,
+    CommSource,
+)
+from trainmon.instrument.loss import LossAccumulator, LossMean
+from trainmon.instrument.memory import MemoryProbe
+from trainmon.instrument.rates import Throughput
+from trainmon.instrument.step import StepInstrument
+
+#: The breakdown's parts: disjoint, so their sum is at most ``perf/step_time_ms``.
+BREAKDOWN_METRICS = (
+    "perf/forward_ms",
+    "perf/backward_inner_ms",
+    "perf/optimizer_ms",
+    "perf/comm_ms",
+    "perf/data_ms",
+)
+
+__all__ = [
+    "BACKWARD",
+    "BREAKDOWN_METRICS",
+    "COMM",
+    "DATA",
+    "FORWARD",
+    "OPTIMIZER",
+    "PHASES",
+    "CommSource",
+    "LossAccumulator",
+    "LossMean",
+    "MemoryProbe",
+    "StepInstrument",
+    "Throughput",
+]

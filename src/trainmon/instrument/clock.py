@@ -1,0 +1,163 @@
+"""The step's phase clock: forward, backward, optimizer, comm and data time, disjoint by design.
+
+A driver marks phases with ``begin(phase)`` / ``end(phase)``. Phases nest: a phase begun while
+another is open pauses the outer one until it ends, so every instant of a step counts for at
+most one phase, and the parts of a step add up to no more than the step. A comm source that
+counts the host time of collectives (:attr:`CommSource.host_comm_ms`) lets the host clock also
+take collectives run *inside* a phase (DeepSpeed's all-reduce inside ``backward``, ZeRO's
+gathers inside ``forward``) out of that phase, since they are counted in ``comm``.
+
+On a CUDA device forward, backward, optimizer and comm are CUDA-event spans (read on the
+monitor's background thread), and data waits stay on the host clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from trainmon.device_timing import HostSpanTimer, SpanTimer, span_timers
+from trainmon.values import Deferred
+
+#: Phase indices (what ``begin``/``end`` take) and their order in :data:`PHASES`.
+DATA, FORWARD, BACKWARD, COMM, OPTIMIZER = range(5)
+PHASES = ("data", "forward", "backward", "comm", "optimizer")
+_NONE = -1
+
+
+class PhaseClock(Protocol):
+    """Exclusive time per phase since the previous :meth:`take`."""
+
+    def begin(self, phase: int, now: float) -> None:
+        """Open ``phase`` at host time ``now`` (pausing the phase open until now, if any)."""
+
+    def end(self, phase: int, now: float) -> None:
+        """Close ``phase``; a phase that is not open is ignored; inner phases left open close."""
+
+    def take(self, now: float) -> list[float | Deferred]:
+        """Milliseconds per phase (indexed like :data:`PHASES`); an open phase keeps running."""
+
+
+class HostPhaseClock:
+    """Phase clock on ``time.perf_counter`` (the CPU, where work is done when a call returns).
+
+    ``comm_ms``: a running total of milliseconds spent in host-timed collectives; the growth of
+    that total during a segment of a non-comm phase is taken out of the segment.
+    """
+
+    __slots__ = ("_comm_mark", "_comm_ms", "_current", "_mark", "_stack", "_totals")
+
+    def __init__(self, comm_ms: Callable[[], float] | None = None) -> None:
+        self._totals = [0.0] * len(PHASES)
+        self._current = _NONE
+        self._stack: list[int] = []
+        self._mark = 0.0
+        self._comm_mark = 0.0
+        self._comm_ms = comm_ms
+
+    def _close_segment(self, now: float) -> None:
+        phase = self._current
+        seconds = now - self._mark
+        comm_ms = self._comm_ms
+        if comm_ms is not None:
+            total = comm_ms()
+            if phase != COMM:
+                seconds -= (total - self._comm_mark) * 1e-3
+            self._comm_mark = total
+        if seconds > 0.0:
+            self._totals[phase] += seconds
+        self._mark = now
+
+    def begin(self, phase: int, now: float) -> None:
+        """Open ``phase``, pausing the one open until now."""
+        current = self._current
+        if current != _NONE:
+            self._close_segment(now)
+            self._stack.append(current)
+        else:
+            self._mark = now
+            if self._comm_ms is not None:
+                self._comm_mark = self._comm_ms()
+        self._current = phase
+
+    def end(self, phase: int, now: float) -> None:
+        """Close ``phase`` (and inner phases left open); the paused outer phase resumes."""
+        stack = self._stack
+        if self._current != phase:
+            if phase not in stack:
+                return  # an end without its begin (a driver that sees only some hooks)
+            while self._current != phase:
+                self._close_segment(now)
+                self._current = stack.pop()
+        self._close_segment(now)
+        self._current = stack.pop() if stack else _NONE
+
+    def take(self, now: float) -> list[float | Deferred]:
+        """Milliseconds per phase since the previous call; an open phase is cut at ``now``."""
+        if self._current != _NONE:
+            self._close_segment(now)
+        totals = self._totals
+        self._totals = [0.0] * len(PHASES)
+        return [seconds * 1e3 for seconds in totals]
+
+
+class DevicePhaseClock:
+    """Phase clock of span timers: CUDA events for the device phases, the host for data."""
+
+    __slots__ = ("_current", "_stack", "_timers")
+
+    def __init__(self, timers: list[SpanTimer]) -> None:
+        self._timers = timers
+        self._current = _NONE
+        self._stack: list[int] = []
+
+    def begin(self, phase: int, now: float) -> None:
+        """Open ``phase``, pausing the one open until now."""
+        current = self._current
+        if current != _NONE:
+            self._timers[current].stop()
+            self._stack.append(current)
+        self._timers[phase].start()
+        self._current = phase
+
+    def end(self, phase: int, now: float) -> None:
+        """Close ``phase`` (and inner phases left open); the paused outer phase resumes."""
+        stack = self._stack
+        timers = self._timers
+        if self._current != phase and phase not in stack:
+            return
+        while True:
+            current = self._current
+            timers[current].stop()
+            self._current = stack.pop() if stack else _NONE
+            if current == phase:
+                break
+        if self._current != _NONE:
+            timers[self._current].start()
+
+    def take(self, now: float) -> list[float | Deferred]:
+        """Each phase's total since the previous call (numbers or Deferred event spans)."""
+        current = self._current
+        if current != _NONE:
+            self._timers[current].stop()
+            self._timers[current].start()
+        return [timer.take() for timer in self._timers]
+
+
+class CommSource(Protocol):
+    """Where the step's collective time comes from (:class:`trainmon.comms.CommsLogger`)."""
+
+    def take_step_comm_ms(self) -> float | Deferred:
+        """Milliseconds in collectives since the previous call."""
+
+    def host_comm_ms(self) -> float:
+        """Running total of milliseconds in collectives timed on the host (monotonic)."""
+
+
+def phase_clock(device: Any, comm: CommSource | None) -> PhaseClock:
+    """A host clock, or on a CUDA device event timers for all phases but data."""
+    if getattr(device, "type", None) == "cuda":
+        timers = span_timers(device, len(PHASES))
+        timers[DATA] = HostSpanTimer()
+        return DevicePhaseClock(timers)
+    return HostPhaseClock(comm.host_comm_ms if comm is not None else None)
