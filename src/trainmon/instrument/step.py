@@ -93,6 +93,9 @@ class StepInstrument:
         self._grad_norm: Any = None
         self._marks_comm = False
         self._closed = False
+        #: Each phase's milliseconds of the last logged step (indexed like ``PHASES``; numbers
+        #: or Deferred): for a driver that also reports them in its framework's own names.
+        self.last_phase_ms: list[Any] | None = None
 
     # ---- hooks (training thread) ---------------------------------------------------------
 
@@ -220,6 +223,7 @@ class StepInstrument:
         clock = self._clock
         if clock is not None:
             ms = clock.take(now)
+            self.last_phase_ms = ms
             items.append(("perf/forward_ms", ms[FORWARD]))
             items.append(("perf/backward_inner_ms", ms[BACKWARD]))
             items.append(("perf/optimizer_ms", ms[OPTIMIZER]))

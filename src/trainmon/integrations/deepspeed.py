@@ -1,10 +1,12 @@
 """``trainmon.attach``: trainmon's monitoring beside a real ``deepspeed.initialize`` engine.
 
-The driver wraps the engine's public ``forward``, ``backward``, ``step``, ``save_checkpoint``
-and ``load_checkpoint`` (instance attributes, so :func:`detach` restores the class's methods)
-and replaces ``engine.monitor`` with :class:`DeepSpeedEvents`, which sends DeepSpeed's own
-``(name, value, global_samples)`` events through trainmon's background writers. DeepSpeed is
-imported only when a breakdown is taken over, never by ``import trainmon``.
+The driver wraps the engine's public ``forward``, ``backward``, ``step``,
+``allreduce_gradients``, ``save_checkpoint`` and ``load_checkpoint`` (instance attributes, so
+:func:`detach` restores the class's methods) and replaces ``engine.monitor`` with
+:class:`DeepSpeedEvents`, which sends DeepSpeed's own ``(name, value, global_samples)`` events
+through trainmon's background writers. DeepSpeed is imported only when a breakdown is taken
+over, never by ``import trainmon``. Every measurement
+is :class:`~trainmon.instrument.StepInstrument`'s; the driver only calls its hooks.
 
 What touches DeepSpeed's internals, on purpose and only here: with DeepSpeed's own
 ``wall_clock_breakdown`` on, ``engine._config.wall_clock_breakdown`` is set to false and
@@ -19,7 +21,6 @@ import contextlib
 import json
 import math
 import os
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,13 +28,12 @@ from typing import Any
 
 from trainmon.checkpoint import load_monitor_state, save_monitor_state
 from trainmon.config import TrainmonConfig, load_config
-from trainmon.device_timing import SpanTimer, span_timers
 from trainmon.distributed import MONITORING_CALL
 from trainmon.errors import TrainmonError
+from trainmon.instrument import BACKWARD, COMM, FORWARD, OPTIMIZER, StepInstrument
 from trainmon.logging import get_logger
-from trainmon.meters import PEAK_RSS_PROBE, RSS_PROBE, TensorMean, cuda_memory_mb, total_grad_norm
+from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
-from trainmon.throughput import mfu, tflops
 from trainmon.values import Deferred
 
 _log = get_logger("deepspeed")
@@ -47,7 +47,14 @@ DEEPSPEED_EVENT_WRITERS = frozenset({"tensorboard", "csv"})
 #: config asks for DeepSpeed's ``wall_clock_breakdown``.
 _DS_BREAKDOWN_PREFIX = "Train/Samples/elapsed_time_ms_"
 
-_WRAPPED = ("forward", "backward", "step", "save_checkpoint", "load_checkpoint")
+_WRAPPED = (
+    "forward",
+    "backward",
+    "step",
+    "allreduce_gradients",
+    "save_checkpoint",
+    "load_checkpoint",
+)
 _attached: weakref.WeakKeyDictionary[Any, _DeepSpeedDriver] = weakref.WeakKeyDictionary()
 
 
@@ -63,7 +70,7 @@ def attach(engine: Any, config: Mapping[str, Any] | None = None) -> Monitor:
     ``trainmon``, ...) can be added without touching the DeepSpeed config. Returns the
     :class:`~trainmon.Monitor`; close it (or call :func:`detach`) at the end.
     """
-    for name in ("forward", "backward", "step", "global_steps", "get_lr"):
+    for name in (*_WRAPPED, "global_steps", "get_lr"):
         if not hasattr(engine, name):
             raise AttachError(
                 f"attach(engine): {type(engine).__name__} has no {name!r}; expected the engine "
@@ -185,7 +192,7 @@ class _DataParallelMean(Deferred):
 
 
 class _DeepSpeedDriver:
-    """Translates a DeepSpeed engine's calls into trainmon's per-step metrics."""
+    """Translates a DeepSpeed engine's calls into hook calls on one :class:`StepInstrument`."""
 
     def __init__(self, engine: Any, config: TrainmonConfig) -> None:
         import torch
@@ -207,31 +214,23 @@ class _DeepSpeedDriver:
         self.rank = dist.get_rank() if self._dist_on else 0
         self._dp = int(getattr(engine, "dp_world_size", 1) or 1)
         self._dp_group = getattr(engine, "data_parallel_group", None)
-        self.device = getattr(engine, "device", None) or self._torch.device("cpu")
-        if not isinstance(self.device, self._torch.device):
-            self.device = self._torch.device(self.device)
+        device = getattr(engine, "device", None) or "cpu"
+        self.device = (
+            device if isinstance(device, self._torch.device) else self._torch.device(device)
+        )
         # DeepSpeed's breakdown: trainmon's timers instead of DeepSpeed's synchronising ones
         self._ds_breakdown = bool(engine.wall_clock_breakdown())
         if self._ds_breakdown:
             self._take_over_breakdown(engine)
-        self._breakdown = config.wall_clock_breakdown or self._ds_breakdown
-        timers = span_timers(self.device, 3) if self._breakdown else [None, None, None]
-        self._fwd: SpanTimer | None = timers[0]
-        self._bwd: SpanTimer | None = timers[1]
-        self._opt: SpanTimer | None = timers[2]
-        self._comms = self._start_comms(config)
-        self._comm_fwd: list[Any] = []
-        self._comm_bwd: list[Any] = []
-        self._comm_opt: list[Any] = []
-        # throughput from the engine's batch sizes: this rank's samples per optimizer step
-        self._samples_per_step = int(engine.train_micro_batch_size_per_gpu()) * int(
+        samples = int(engine.train_micro_batch_size_per_gpu()) * int(
             engine.gradient_accumulation_steps()
         )
-        throughput = config.throughput
-        self._tokens_per_sample = throughput.tokens_per_sample
-        self._flops_per_sample = throughput.flops_per_sample
-        self._peak_tflops = throughput.peak_tflops
-        self._cuda = self.device.type == "cuda"
+        self.instrument = StepInstrument(
+            self.monitor,
+            samples_per_step=samples,
+            device=self.device,
+            breakdown=config.wall_clock_breakdown or self._ds_breakdown,
+        )
         self._fp16 = bool(engine.fp16_enabled())
         # the norm DeepSpeed leaves None (ZeRO 0 in fp32) is computed here, before the step
         self._own_norm = (
@@ -241,11 +240,6 @@ class _DeepSpeedDriver:
         )
         self._params = [p for p in engine.module.parameters() if p.requires_grad]
         self._uniform = len({(p.device, p.dtype) for p in self._params}) <= 1
-        # per-step state
-        self._losses: list[Any] = []
-        self._step_started: float | None = None
-        self._idle_since: float | None = None
-        self._data_s = 0.0
         # DeepSpeed's events through trainmon
         self._ds_monitor = engine.monitor
         events_on = bool(getattr(self._ds_monitor, "enabled", False))
@@ -259,10 +253,9 @@ class _DeepSpeedDriver:
         engine.forward = self.forward
         engine.backward = self.backward
         engine.step = self.step
-        if "save_checkpoint" in self._originals:
-            engine.save_checkpoint = self.save_checkpoint
-        if "load_checkpoint" in self._originals:
-            engine.load_checkpoint = self.load_checkpoint
+        engine.allreduce_gradients = self.allreduce_gradients
+        engine.save_checkpoint = self.save_checkpoint
+        engine.load_checkpoint = self.load_checkpoint
 
     # ---- set-up helpers ---------------------------------------------------------------------
 
@@ -291,17 +284,6 @@ class _DeepSpeedDriver:
             except Exception:
                 _log.warning("could not close DeepSpeed's TensorBoard writer", exc_info=True)
 
-    def _start_comms(self, config: TrainmonConfig) -> Any:
-        if not self._dist_on or not (self._breakdown or config.comms_logger.enabled):
-            return None
-        from trainmon.comms import CommsLogger
-
-        comms = CommsLogger(
-            config.comms_logger, self.monitor, record_stats=config.comms_logger.enabled
-        )
-        comms.install()
-        return comms
-
     # ---- the wrapped engine methods (the hot path) ------------------------------------------
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -309,170 +291,102 @@ class _DeepSpeedDriver:
         original = self._originals["forward"]
         if not self._is_grad_enabled():
             return original(*args, **kwargs)
-        now = time.perf_counter()
-        if self._step_started is None:
-            self._step_started = now
-        idle = self._idle_since
-        if idle is not None:
-            self._idle_since = None
-            self._data_s += now - idle
-        timer = self._fwd
-        if timer is None:
-            return original(*args, **kwargs)
-        self._take_comm(None)
-        timer.start()
+        instrument = self.instrument
+        instrument.data_end()  # the gap since the last step: the wait for the next batch
+        instrument.forward_begin()
         try:
             return original(*args, **kwargs)
         finally:
-            timer.stop()
-            self._take_comm(self._comm_fwd)
+            instrument.forward_end()
 
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's backward; the micro-batch's loss is kept (detached) for ``train/loss``."""
+        instrument = self.instrument
         if isinstance(loss, self._torch.Tensor):
-            self._losses.append(loss.detach())
-        timer = self._bwd
-        if timer is None:
-            result = self._originals["backward"](loss, *args, **kwargs)
-        else:
-            self._take_comm(None)
-            timer.start()
-            try:
-                result = self._originals["backward"](loss, *args, **kwargs)
-            finally:
-                timer.stop()
-                self._take_comm(self._comm_bwd)
-        self._idle_since = time.perf_counter()
-        return result
+            instrument.record_loss(loss)
+        instrument.backward_begin()
+        try:
+            return self._originals["backward"](loss, *args, **kwargs)
+        finally:
+            instrument.backward_end()
+
+    def allreduce_gradients(self, *args: Any, **kwargs: Any) -> Any:
+        """DeepSpeed's gradient reduction (inside backward): the ``comm`` phase."""
+        instrument = self.instrument
+        instrument.comm_begin()
+        try:
+            return self._originals["allreduce_gradients"](*args, **kwargs)
+        finally:
+            instrument.comm_end()
 
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's step; at an accumulation boundary, the step's metrics are logged."""
         engine = self.engine
+        instrument = self.instrument
         boundary = bool(engine.is_gradient_accumulation_boundary())
-        timer = self._opt
-        if timer is not None:
-            self._take_comm(None)
-            timer.start()
-        norm = None
+        instrument.optimizer_begin()
         try:
             if boundary and self._own_norm:
                 grads = [p.grad for p in self._params if p.grad is not None]
-                norm = total_grad_norm(grads, self._uniform) if grads else None
+                if grads:
+                    instrument.record_grad_norm(total_grad_norm(grads, self._uniform))
             result = self._originals["step"](*args, **kwargs)
         finally:
-            if timer is not None:
-                timer.stop()
-                self._take_comm(self._comm_opt)
+            instrument.optimizer_end()
         if boundary:
-            self._log_step(norm)
+            self._log_step()
             self.monitor.step_end(engine, int(engine.global_steps))
-        self._idle_since = time.perf_counter()
+        instrument.data_begin()
         return result
 
-    def _take_comm(self, into: list[Any] | None) -> None:
-        """Hand the collectives' time since the last call to one phase (or drop it: None)."""
-        comms = self._comms
-        if comms is None:
-            return
-        spent = comms.take_step_comm_ms()
-        if into is not None and spent:
-            into.append(spent)
-
-    def _log_step(self, norm: Any) -> None:
+    def _log_step(self) -> None:
         engine = self.engine
-        now = time.perf_counter()
-        started = self._step_started
-        step_s = now - started if started is not None else 0.0
-        self._step_started = now
-        if norm is None and not self._own_norm:
+        instrument = self.instrument
+        if not self._own_norm:
             norm = engine.get_global_grad_norm()
-            if norm is None and int(engine.global_steps) <= 1:
+            if norm is not None:
+                instrument.record_grad_norm(norm)
+            elif int(engine.global_steps) <= 1:
                 self._own_norm = True  # this optimizer keeps no norm: compute it from now on
-        items: list[tuple[str, Any]] = [
-            ("train/loss", self._step_loss()),
-            ("train/lr", engine.get_lr()[0]),
-            ("train/grad_norm", norm),
-            ("perf/step_time_ms", step_s * 1e3),
-        ]
-        samples_per_sec = self._samples_per_step / step_s if step_s > 0.0 else 0.0
-        items.append(("perf/samples_per_sec", samples_per_sec))
-        if self._tokens_per_sample is not None:
-            items.append(("perf/tokens_per_sec", samples_per_sec * self._tokens_per_sample))
-        if self._flops_per_sample is not None:
-            achieved = tflops(samples_per_sec, self._flops_per_sample)
-            items.append(("perf/tflops", achieved))
-            if self._peak_tflops is not None:
-                items.append(("perf/mfu", mfu(achieved, self._peak_tflops)))
-        if self._fp16:
-            items.append(("train/loss_scale", _loss_scale(engine.optimizer)))
-        if self._breakdown:
-            items.extend(self._breakdown_items(int(engine.global_samples)))
-        items.append(("mem/rss_mb", RSS_PROBE))
-        items.append(("mem/peak_rss_mb", PEAK_RSS_PROBE))
-        if self._cuda:
-            allocated, peak, reserved = cuda_memory_mb(self.device)
-            items += [
-                ("mem/allocated_mb", allocated),
-                ("mem/peak_allocated_mb", peak),
-                ("mem/reserved_mb", reserved),
-            ]
-        monitor = self.monitor
-        monitor.step = int(engine.global_steps)
-        monitor.write_events(items)
+        if self._dp > 1 and self._dist_on:
+            self._average_loss_over_ranks()
+        step = int(engine.global_steps)
+        loss_scale = _loss_scale(engine.optimizer) if self._fp16 else None
+        instrument.step_end(step, lr=engine.get_lr()[0], loss_scale=loss_scale)
+        if self._ds_breakdown and self.events.enabled:
+            self._write_deepspeed_breakdown(int(engine.global_samples))
 
-    def _step_loss(self) -> Any:
-        """Mean of the step's micro-batch losses; under data parallelism, over the ranks too."""
-        losses, self._losses = self._losses, []
-        if not losses:
-            return None
-        if self._dp <= 1 or not self._dist_on:
-            return losses[0] if len(losses) == 1 else TensorMean(losses)
-        torch = self._torch
-        with torch.no_grad():
-            local = torch.stack([t.reshape(()).float() for t in losses]).mean()
-        MONITORING_CALL.active = True
-        try:
-            work = self._dist_all_reduce(local)
-        finally:
-            MONITORING_CALL.active = False
-        return _DataParallelMean(local, work, self._dp)
-
-    def _dist_all_reduce(self, tensor: Any) -> Any:
+    def _average_loss_over_ranks(self) -> None:
+        """train/loss over the data-parallel ranks: one async all-reduce of one element."""
+        instrument = self.instrument
+        local = instrument.local_loss()
+        if local is None:
+            return
         import torch.distributed as dist
 
-        return dist.all_reduce(tensor, group=self._dp_group, async_op=True)
+        reduced = local.detach().float().clone()
+        MONITORING_CALL.active = True
+        try:
+            work = dist.all_reduce(reduced, group=self._dp_group, async_op=True)
+        finally:
+            MONITORING_CALL.active = False
+        instrument.replace_loss(_DataParallelMean(reduced, work, self._dp))
 
-    def _breakdown_items(self, samples: int) -> list[tuple[str, Any]]:
-        """The disjoint parts: each phase's time minus the collectives inside it; and, when
-        the config asked for DeepSpeed's own breakdown, its events at ``global_samples``."""
-        fwd = self._fwd.take()  # type: ignore[union-attr]
-        bwd = self._bwd.take()  # type: ignore[union-attr]
-        opt = self._opt.take()  # type: ignore[union-attr]
-        comm_fwd, self._comm_fwd = self._comm_fwd, []
-        comm_bwd, self._comm_bwd = self._comm_bwd, []
-        comm_opt, self._comm_opt = self._comm_opt, []
-        data_ms = self._data_s * 1e3
-        self._data_s = 0.0
-        comm = [(1.0, c) for c in comm_fwd + comm_bwd + comm_opt]
-        items: list[tuple[str, Any]] = [
-            ("perf/forward_ms", _combine([(1.0, fwd)] + [(-1.0, c) for c in comm_fwd])),
-            ("perf/backward_ms", _combine([(1.0, bwd)] + [(-1.0, c) for c in comm_bwd])),
-            ("perf/optimizer_ms", _combine([(1.0, opt)] + [(-1.0, c) for c in comm_opt])),
-            ("perf/comm_ms", _combine(comm) if comm else 0.0),
-            ("perf/data_ms", data_ms),
-        ]
-        if self._ds_breakdown and self.events.enabled:
-            bwd_comm = _combine([(1.0, c) for c in comm_bwd]) if comm_bwd else 0.0
-            self.events.write_events(
-                [
-                    (_DS_BREAKDOWN_PREFIX + "forward", fwd, samples),
-                    (_DS_BREAKDOWN_PREFIX + "backward", bwd, samples),
-                    (_DS_BREAKDOWN_PREFIX + "backward_inner", items[1][1], samples),
-                    (_DS_BREAKDOWN_PREFIX + "backward_allreduce", bwd_comm, samples),
-                    (_DS_BREAKDOWN_PREFIX + "step", opt, samples),
-                ]
-            )
-        return items
+    def _write_deepspeed_breakdown(self, samples: int) -> None:
+        """DeepSpeed's ``Train/Samples/elapsed_time_ms_*`` events, from trainmon's phases."""
+        ms = self.instrument.last_phase_ms
+        if ms is None:
+            return
+        backward = _combine([(1.0, ms[BACKWARD]), (1.0, ms[COMM])])
+        self.events.write_events(
+            [
+                (_DS_BREAKDOWN_PREFIX + "forward", ms[FORWARD], samples),
+                (_DS_BREAKDOWN_PREFIX + "backward", backward, samples),
+                (_DS_BREAKDOWN_PREFIX + "backward_inner", ms[BACKWARD], samples),
+                (_DS_BREAKDOWN_PREFIX + "backward_allreduce", ms[COMM], samples),
+                (_DS_BREAKDOWN_PREFIX + "step", ms[OPTIMIZER], samples),
+            ]
+        )
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -496,10 +410,6 @@ class _DeepSpeedDriver:
             load_monitor_state(
                 self.monitor, Path(load_path).parent, step=int(self.engine.global_steps)
             )
-            self._losses = []
-            self._step_started = None
-            self._idle_since = None
-            self._data_s = 0.0
         return result
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -511,9 +421,7 @@ class _DeepSpeedDriver:
             with contextlib.suppress(AttributeError):
                 delattr(engine, name)
         engine.monitor = self._ds_monitor
-        comms, self._comms = self._comms, None
-        if comms is not None:
-            comms.uninstall()
+        self.instrument.close()
         self.monitor.close()
 
 
