@@ -21,7 +21,9 @@ background thread has written the block, so its work never spills into another c
 block. All three use ``steps_per_print: 10`` (DeepSpeed's progress line is the same for all).
 
 Run: ``DS_ACCELERATOR=cpu .venv/bin/python benchmarks/bench_deepspeed.py [--rounds 30]
-[--steps 20]``; ``--quick`` is a smoke run (numbers are noise).
+[--steps 20] [--tiny]``; ``--tiny`` uses ``Linear(16, 10)``, where attach's fixed cost per
+step shows; ``--quick`` is a smoke run (numbers are noise). Wall time and the training
+thread's CPU time (``time.thread_time``, less sensitive to other processes) are both paired.
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ import torch  # noqa: E402
 import trainmon  # noqa: E402
 
 BATCH = 64
+IN_TINY = 16
 CONTENDERS = ("bare", "ds", "attach")
 
 
-def build_model(seed: int) -> torch.nn.Module:
+def build_model(seed: int, tiny: bool) -> torch.nn.Module:
     torch.manual_seed(seed)
+    if tiny:
+        return torch.nn.Linear(IN_TINY, 10)
     return torch.nn.Sequential(
         torch.nn.Linear(256, 1024),
         torch.nn.ReLU(),
@@ -81,17 +86,20 @@ def ds_config(out: Path, name: str) -> dict[str, Any]:
     return config
 
 
-def run_block(engine: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
-    """Seconds per step for one block."""
-    times = []
+def run_block(
+    engine: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[list[float], list[float]]:
+    """Wall seconds and training-thread CPU seconds per step for one block."""
+    walls, cpus = [], []
     loss_fn = torch.nn.functional.cross_entropy
     for x, y in batches:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         loss = loss_fn(engine(x), y)
         engine.backward(loss)
         engine.step()
-        times.append(time.perf_counter() - start)
-    return times
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.thread_time() - cpu)
+    return walls, cpus
 
 
 def bootstrap_ci(values: list[float], rounds: int = 2000) -> tuple[float, float]:
@@ -105,17 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tiny", action="store_true", help="Linear(16, 10): the fixed cost")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 3, 5
     torch.set_num_threads(1)
+    load_start = os.getloadavg()[0]
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend="gloo")
     out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
     engines: dict[str, Any] = {}
     monitor = None
     for name in CONTENDERS:
-        model = build_model(0)
+        model = build_model(0, args.tiny)
         engine, _, _, _ = deepspeed.initialize(
             model=model, model_parameters=model.parameters(), config=ds_config(out, name)
         )
@@ -128,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         engines[name] = engine
     gen = torch.Generator().manual_seed(1)
     batches = [
-        (torch.randn(BATCH, 256, generator=gen), torch.randint(0, 10, (BATCH,), generator=gen))
+        (
+            torch.randn(BATCH, IN_TINY if args.tiny else 256, generator=gen),
+            torch.randint(0, 10, (BATCH,), generator=gen),
+        )
         for _ in range(args.steps)
     ]
     for name in CONTENDERS:  # warm-up
@@ -136,39 +149,50 @@ def main(argv: list[str] | None = None) -> int:
     order = list(CONTENDERS)
     rng = random.Random(2)
     per_round: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    per_round_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     every_step: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    every_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     for _ in range(args.rounds):
         rng.shuffle(order)
         for name in order:
-            times = run_block(engines[name], batches)
+            times, cpus = run_block(engines[name], batches)
             per_round[name].append(statistics.median(times))
+            per_round_cpu[name].append(statistics.median(cpus))
             every_step[name].extend(times)
+            every_cpu[name].extend(cpus)
             if name == "attach" and monitor is not None:
                 monitor.flush()
     if monitor is not None:
         monitor.close()
+    model = "Linear(16, 10)" if args.tiny else "MLP 256-1024-1024-10"
     print(
-        f"python {sys.version.split()[0]}, torch {torch.__version__}, deepspeed "
+        f"{model}, python {sys.version.split()[0]}, torch {torch.__version__}, deepspeed "
         f"{deepspeed.__version__}, {args.rounds} rounds x {args.steps} steps, "
-        f"load {os.getloadavg()[0]:.2f}"
+        f"load {load_start:.2f} -> {os.getloadavg()[0]:.2f}"
     )
-    print("| contender | median ms/step | p10 | p90 |")
-    print("|---|---:|---:|---:|")
+    print("| contender | median ms/step | p10 | p90 | thread CPU ms/step |")
+    print("|---|---:|---:|---:|---:|")
     for name in CONTENDERS:
         ordered = sorted(every_step[name])
         p10 = ordered[int(0.1 * len(ordered))] * 1e3
         p90 = ordered[int(0.9 * len(ordered)) - 1] * 1e3
-        print(f"| {name} | {statistics.median(ordered) * 1e3:.3f} | {p10:.3f} | {p90:.3f} |")
-    print()
-    print("| comparison | overhead, median of per-round ratios [95% CI] |")
-    print("|---|---:|")
-    for a, b in (("ds", "bare"), ("attach", "bare"), ("attach", "ds")):
-        ratios = [x / y - 1.0 for x, y in zip(per_round[a], per_round[b], strict=True)]
-        low, high = bootstrap_ci(ratios)
+        cpu = statistics.median(every_cpu[name]) * 1e3
         print(
-            f"| {a} / {b} | {statistics.median(ratios) * 100:+.2f}% "
-            f"[{low * 100:+.2f}%, {high * 100:+.2f}%] |"
+            f"| {name} | {statistics.median(ordered) * 1e3:.3f} | {p10:.3f} | {p90:.3f} "
+            f"| {cpu:.3f} |"
         )
+    print()
+    print("| comparison | wall overhead [95% CI] | thread-CPU overhead [95% CI] |")
+    print("|---|---:|---:|")
+    for a, b in (("ds", "bare"), ("attach", "bare"), ("attach", "ds")):
+        cells = []
+        for series in (per_round, per_round_cpu):
+            ratios = [x / y - 1.0 for x, y in zip(series[a], series[b], strict=True)]
+            low, high = bootstrap_ci(ratios)
+            cells.append(
+                f"{statistics.median(ratios) * 100:+.2f}% [{low * 100:+.2f}%, {high * 100:+.2f}%]"
+            )
+        print(f"| {a} / {b} | {cells[0]} | {cells[1]} |")
     return 0
 
 

@@ -127,7 +127,25 @@ class Monitor:
         ``global_samples``) for the writers of ``writer_kinds`` only (``"tensorboard"``,
         ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
         count training steps and expect every rank to log them. Returns at once."""
-        checked = self._check_slowly(tuple(events))
+        items = events if type(events) is tuple else tuple(events)
+        names = self._names
+        kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
+        try:
+            for item in items:
+                if (
+                    len(item) != 3
+                    or item[0] not in names
+                    or type(item[1]) not in NATIVE_TYPES
+                    or type(item[2]) is not int
+                ):
+                    break
+            else:
+                if items:
+                    self._pipeline.put_side(time.time(), items, kinds)
+                return
+        except (TypeError, IndexError, KeyError):
+            pass
+        checked = self._check_slowly(items)
         for item in checked:
             if len(item) != 3 or item[2] is None:
                 raise TypeError(
@@ -135,7 +153,7 @@ class Monitor:
                     f"with the step on the events' own axis"
                 )
         if checked:
-            self._pipeline.put_side(time.time(), checked, frozenset(writer_kinds))
+            self._pipeline.put_side(time.time(), checked, kinds)
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
