@@ -200,6 +200,10 @@ class _DeepSpeedDriver:
 
         self.engine = engine
         self.config = config
+        # first, so that trainmon's TensorBoard file (perhaps of the same name: TensorBoard's
+        # naming, same second and process) never shares the folder with an open writer
+        self._ds_monitor = engine.monitor
+        self._release_deepspeed_writers(self._ds_monitor)
         self.monitor = Monitor(config, all_ranks_log=True)
         self._torch = torch
         self._is_grad_enabled = torch.is_grad_enabled
@@ -241,10 +245,8 @@ class _DeepSpeedDriver:
         self._params = [p for p in engine.module.parameters() if p.requires_grad]
         self._uniform = len({(p.device, p.dtype) for p in self._params}) <= 1
         # DeepSpeed's events through trainmon
-        self._ds_monitor = engine.monitor
         events_on = bool(getattr(self._ds_monitor, "enabled", False))
         events_on = events_on or config.tensorboard.enabled or config.csv_monitor.enabled
-        self._release_deepspeed_writers(self._ds_monitor)
         self.events = DeepSpeedEvents(self.monitor, events_on, self.rank)
         engine.monitor = self.events
         self._originals = {
