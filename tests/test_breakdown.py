@@ -192,3 +192,48 @@ def test_two_ranks_with_a_straggler_parts_fit_and_loss_is_the_mean(tmp_path: Pat
     assert fast_comm >= 15.0 and fast_comm - slow_comm >= 12.0, (fast_comm, slow_comm)
     assert fast_bwd < 10.0 and slow_fwd >= 20.0
     assert reports[0]["losses"] != reports[1]["losses"]
+
+
+class FakeTime:
+    """A clock the test advances by hand, in seconds."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_phase_clock_nesting_unmatched_ends_and_collectives_inside_a_phase(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nested phases pause the outer one; an end without a begin is ignored; ending an outer
+    phase closes inner ones left open; collective time counted by the comm source while a phase
+    runs is taken out of that phase; an open phase is cut at take() and keeps running."""
+    from trainmon.instrument import clock as clock_module
+    from trainmon.instrument.clock import BACKWARD, COMM, DATA, FORWARD, OPTIMIZER, HostPhaseClock
+
+    fake = FakeTime()
+    monkeypatch.setattr(clock_module, "_now", fake)
+    collectives_ms = [0.0]
+    clock = HostPhaseClock(lambda: collectives_ms[0])
+    clock.end(FORWARD)  # never begun: ignored
+    clock.begin(FORWARD)
+    fake.now += 0.010
+    collectives_ms[0] += 4.0  # a 4 ms all_reduce inside the forward (counted as comm elsewhere)
+    clock.end(FORWARD)
+    clock.begin(BACKWARD)
+    fake.now += 0.005
+    clock.begin(COMM)
+    fake.now += 0.003
+    collectives_ms[0] += 3.0
+    clock.begin(DATA)  # left open: closed by the end of backward
+    fake.now += 0.002
+    clock.end(BACKWARD)
+    clock.begin(OPTIMIZER)
+    fake.now += 0.001
+    parts = clock.take(fake.now)
+    assert parts == pytest.approx([2.0, 6.0, 5.0, 3.0, 1.0])  # data, fwd, bwd, comm, opt
+    fake.now += 0.002
+    clock.end(OPTIMIZER)
+    assert clock.take(fake.now) == pytest.approx([0.0, 0.0, 0.0, 0.0, 2.0])

@@ -11,7 +11,8 @@
 
 Every optimizer step enqueues, in one call, at step ``global_steps``:
 
-* ``train/loss``: mean of the step's micro-batch losses (unscaled); ``train/lr``: group 0's
+* ``train/loss``: mean of the step's micro-batch losses (unscaled), averaged over the
+  data-parallel ranks when the engine all-reduces the gradients; ``train/lr``: group 0's
   rate after the step's scheduler update (what DeepSpeed logs); ``train/grad_norm``: the
   global 2-norm before clipping; ``train/loss_scale`` with fp16.
 * ``perf/step_time_ms``: host time between the ends of consecutive optimizer steps (the first
@@ -20,21 +21,24 @@ Every optimizer step enqueues, in one call, at step ``global_steps``:
   ``micro x gas`` samples over that time; with ``throughput`` settings also
   ``perf/tokens_per_sec``, ``perf/tflops`` (achieved, this device) and ``perf/mfu``
   (only with a known peak: ``throughput.peak_tflops`` or the table in ``trainmon.throughput``).
-* With ``wall_clock_breakdown``: ``perf/forward_ms``, ``perf/backward_ms`` (sums over the
+* With ``wall_clock_breakdown``, the step's disjoint parts (their sum is at most the step
+  time): ``perf/forward_ms``, ``perf/backward_inner_ms`` (backward compute; sums over the
   step's micro-batches; CUDA event time on a GPU, host time elsewhere), ``perf/optimizer_ms``
   (unscale, clip, optimizer and scheduler step, zero_grad), ``perf/comm_ms`` (time in
-  collectives from ``trainmon.comms``; 0.0 without torch.distributed) and ``perf/data_ms``:
-  the wait inside the iterator of the DataLoader that ``initialize`` returns, or, with your own
-  loader, the host time from the end of ``step()``/``backward()`` to the next forward.
+  collectives from ``trainmon.comms``; 0.0 without torch.distributed; the gradient all-reduce
+  is also ``perf/backward_allreduce_ms``) and ``perf/data_ms``: the wait inside the iterator
+  of the DataLoader that ``initialize`` returns, or, with your own loader, the host time from
+  the end of ``step()`` to the next forward.
 * ``mem/rss_mb``, ``mem/peak_rss_mb`` (read in the background); on CUDA also
   ``mem/allocated_mb``, ``mem/peak_allocated_mb``, ``mem/reserved_mb`` and, every
   ``steps_per_print`` steps, ``mem/alloc_retries``.
 
-A value you log yourself under one of these names at the same step replaces the automatic one
-(the last value of a step wins). The training thread only reads ``perf_counter``, appends to
-lists, issues device operations and enqueues: tensors, CUDA event timings and ``/proc`` reads
-become numbers on the monitor's background thread. torch is imported when an engine is built,
-never by ``import trainmon``.
+What is measured lives in :class:`trainmon.instrument.StepInstrument`; the engine only calls
+its hooks. A value you log yourself under one of these names at the same step replaces the
+automatic one (the last value of a step wins). The training thread only reads
+``perf_counter``, appends to lists, issues device operations and enqueues: tensors, CUDA
+event timings and ``/proc`` reads become numbers on the monitor's background thread. torch is
+imported when an engine is built, never by ``import trainmon``.
 
 Differences from DeepSpeed, on purpose: the engine is not an ``nn.Module`` (attribute lookups
 fall through to the wrapped module); the model is not moved to a device (move it before
@@ -61,8 +65,8 @@ from trainmon.distributed import discover
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
 from trainmon.instrument import StepInstrument
+from trainmon.instrument.gradnorm import grad_norm, norm_value
 from trainmon.logging import get_logger
-from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
 
 if TYPE_CHECKING:
@@ -505,7 +509,7 @@ class TrainmonEngine:
             norm = self._clip_grad_norm(self._params, self._clip)
         else:
             grads = [p.grad for p in self._params if p.grad is not None]
-            norm = total_grad_norm(grads, self._uniform_grads)
+            norm = grad_norm(grads, self._uniform_grads)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update(self._static_scale)
@@ -550,7 +554,7 @@ class TrainmonEngine:
         if self._grad_norm is None:
             return None
         if self._grad_norm_float is None:
-            self._grad_norm_float = float(self._grad_norm)
+            self._grad_norm_float = norm_value(self._grad_norm)
         return self._grad_norm_float
 
     def get_lr(self) -> list[float]:

@@ -26,6 +26,7 @@ from trainmon.instrument.clock import (
     PHASES,
     CommSource,
 )
+from trainmon.instrument.gradnorm import NormOfNorms, grad_norm, norm_value
 from trainmon.instrument.loss import LossAccumulator, LossMean
 from trainmon.instrument.memory import MemoryProbe
 from trainmon.instrument.rates import Throughput
@@ -52,6 +53,9 @@ __all__ = [
     "LossAccumulator",
     "LossMean",
     "MemoryProbe",
+    "NormOfNorms",
     "StepInstrument",
     "Throughput",
+    "grad_norm",
+    "norm_value",
 ]

@@ -13,6 +13,7 @@ monitor's background thread), and data waits stay on the host clock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -23,19 +24,43 @@ from trainmon.values import Deferred
 DATA, FORWARD, BACKWARD, COMM, OPTIMIZER = range(5)
 PHASES = ("data", "forward", "backward", "comm", "optimizer")
 _NONE = -1
+_now = time.perf_counter
 
 
 class PhaseClock(Protocol):
     """Exclusive time per phase since the previous :meth:`take`."""
 
-    def begin(self, phase: int, now: float) -> None:
-        """Open ``phase`` at host time ``now`` (pausing the phase open until now, if any)."""
+    first: float  # host time of the first begin (-1.0 before it): the first step's start
 
-    def end(self, phase: int, now: float) -> None:
+    def begin(self, phase: int) -> None:
+        """Open ``phase`` now (pausing the phase open until now, if any)."""
+
+    def end(self, phase: int) -> None:
         """Close ``phase``; a phase that is not open is ignored; inner phases left open close."""
 
     def take(self, now: float) -> list[float | Deferred]:
         """Milliseconds per phase (indexed like :data:`PHASES`); an open phase keeps running."""
+
+
+class NullPhaseClock:
+    """No breakdown: only remembers when the first phase began (the first step's start)."""
+
+    __slots__ = ("first",)
+
+    def __init__(self) -> None:
+        self.first = -1.0
+
+    def begin(self, phase: int) -> None:
+        """Remember the time of the first call."""
+        if self.first < 0.0:
+            self.first = _now()
+
+    def end(self, phase: int) -> None:
+        """Nothing to do."""
+
+    def take(self, now: float) -> list[float | Deferred]:
+        """Nothing measured."""
+        return []
 
 
 class HostPhaseClock:
@@ -45,7 +70,7 @@ class HostPhaseClock:
     that total during a segment of a non-comm phase is taken out of the segment.
     """
 
-    __slots__ = ("_comm_mark", "_comm_ms", "_current", "_mark", "_stack", "_totals")
+    __slots__ = ("_comm_mark", "_comm_ms", "_current", "_mark", "_stack", "_totals", "first")
 
     def __init__(self, comm_ms: Callable[[], float] | None = None) -> None:
         self._totals = [0.0] * len(PHASES)
@@ -54,6 +79,7 @@ class HostPhaseClock:
         self._mark = 0.0
         self._comm_mark = 0.0
         self._comm_ms = comm_ms
+        self.first = -1.0
 
     def _close_segment(self, now: float) -> None:
         phase = self._current
@@ -68,27 +94,39 @@ class HostPhaseClock:
             self._totals[phase] += seconds
         self._mark = now
 
-    def begin(self, phase: int, now: float) -> None:
+    def begin(self, phase: int) -> None:
         """Open ``phase``, pausing the one open until now."""
+        now = _now()
         current = self._current
         if current != _NONE:
             self._close_segment(now)
             self._stack.append(current)
         else:
             self._mark = now
+            if self.first < 0.0:
+                self.first = now
             if self._comm_ms is not None:
                 self._comm_mark = self._comm_ms()
         self._current = phase
 
-    def end(self, phase: int, now: float) -> None:
+    def end(self, phase: int) -> None:
         """Close ``phase`` (and inner phases left open); the paused outer phase resumes."""
+        if self._current == phase and not self._stack and self._comm_ms is None:
+            seconds = _now() - self._mark  # the usual case, kept short
+            if seconds > 0.0:
+                self._totals[phase] += seconds
+            self._current = _NONE
+            return
         stack = self._stack
         if self._current != phase:
             if phase not in stack:
                 return  # an end without its begin (a driver that sees only some hooks)
+            now = _now()
             while self._current != phase:
                 self._close_segment(now)
                 self._current = stack.pop()
+        else:
+            now = _now()
         self._close_segment(now)
         self._current = stack.pop() if stack else _NONE
 
@@ -104,23 +142,26 @@ class HostPhaseClock:
 class DevicePhaseClock:
     """Phase clock of span timers: CUDA events for the device phases, the host for data."""
 
-    __slots__ = ("_current", "_stack", "_timers")
+    __slots__ = ("_current", "_stack", "_timers", "first")
 
     def __init__(self, timers: list[SpanTimer]) -> None:
         self._timers = timers
         self._current = _NONE
         self._stack: list[int] = []
+        self.first = -1.0
 
-    def begin(self, phase: int, now: float) -> None:
+    def begin(self, phase: int) -> None:
         """Open ``phase``, pausing the one open until now."""
         current = self._current
         if current != _NONE:
             self._timers[current].stop()
             self._stack.append(current)
+        elif self.first < 0.0:
+            self.first = _now()
         self._timers[phase].start()
         self._current = phase
 
-    def end(self, phase: int, now: float) -> None:
+    def end(self, phase: int) -> None:
         """Close ``phase`` (and inner phases left open); the paused outer phase resumes."""
         stack = self._stack
         timers = self._timers
@@ -154,8 +195,11 @@ class CommSource(Protocol):
         """Running total of milliseconds in collectives timed on the host (monotonic)."""
 
 
-def phase_clock(device: Any, comm: CommSource | None) -> PhaseClock:
-    """A host clock, or on a CUDA device event timers for all phases but data."""
+def phase_clock(device: Any, comm: CommSource | None, breakdown: bool = True) -> PhaseClock:
+    """A host clock, on a CUDA device event timers for all phases but data, or (without the
+    breakdown) a clock that only notes the first step's start."""
+    if not breakdown:
+        return NullPhaseClock()
     if getattr(device, "type", None) == "cuda":
         timers = span_timers(device, len(PHASES))
         timers[DATA] = HostSpanTimer()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from trainmon.instrument.clock import (
@@ -15,7 +16,6 @@ from trainmon.instrument.clock import (
     FORWARD,
     OPTIMIZER,
     CommSource,
-    PhaseClock,
     phase_clock,
 )
 from trainmon.instrument.loss import LossAccumulator
@@ -82,9 +82,7 @@ class StepInstrument:
         comm_source: CommSource | None = self.comms
         if comm_source is not None and not callable(getattr(comm_source, "host_comm_ms", None)):
             comm_source = None  # a stand-in without the running total: no subtraction
-        self._clock: PhaseClock | None = (
-            phase_clock(device, comm_source) if self.breakdown else None
-        )
+        self._clock = clock = phase_clock(device, comm_source, self.breakdown)
         self.throughput = Throughput.from_config(config.throughput, device)
         self.memory = MemoryProbe(device, config.steps_per_print) if memory else None
         self.loss = LossAccumulator()
@@ -96,73 +94,61 @@ class StepInstrument:
         #: Each phase's milliseconds of the last logged step (indexed like ``PHASES``; numbers
         #: or Deferred): for a driver that also reports them in its framework's own names.
         self.last_phase_ms: list[Any] | None = None
+        # The hooks are the clock's own methods bound to a phase: one call, no extra layer.
+        begin, end = clock.begin, clock.end
+        self.begin = begin
+        self.end = end
+        self.data_begin = functools.partial(begin, DATA)
+        self.data_end = functools.partial(end, DATA)
+        self.forward_begin = functools.partial(begin, FORWARD)
+        self.forward_end = functools.partial(end, FORWARD)
+        self.backward_begin = functools.partial(begin, BACKWARD)
+        self.backward_end = functools.partial(end, BACKWARD)
+        self.comm_end = functools.partial(end, COMM)
+        self.optimizer_begin = functools.partial(begin, OPTIMIZER)
+        self.optimizer_end = functools.partial(end, OPTIMIZER)
+        self.record_loss = self.loss.add
 
     # ---- hooks (training thread) ---------------------------------------------------------
+    # Each takes no argument and returns at once (a clock read and a few list operations).
 
-    def begin(self, phase: int) -> None:
-        """Open ``phase`` (:data:`~trainmon.instrument.clock.FORWARD`, ...) now."""
-        now = _clock()
-        if self._step_start < 0.0:
-            self._step_start = now
-        clock = self._clock
-        if clock is not None:
-            clock.begin(phase, now)
-
-    def end(self, phase: int) -> None:
-        """Close ``phase`` now; an end whose begin was not seen is ignored."""
-        clock = self._clock
-        if clock is not None:
-            clock.end(phase, _clock())
+    begin: Callable[[int], None]
+    """Open a phase (:data:`~trainmon.instrument.clock.FORWARD`, ...) now; the phase open until
+    now, if any, pauses until this one ends."""
+    end: Callable[[int], None]
+    """Close a phase now; an end whose begin was not seen is ignored."""
+    data_begin: Callable[[], None]
+    """Waiting for the next batch starts."""
+    data_end: Callable[[], None]
+    """The batch arrived."""
+    forward_begin: Callable[[], None]
+    """The forward pass starts."""
+    forward_end: Callable[[], None]
+    """The forward pass ended."""
+    backward_begin: Callable[[], None]
+    """The backward pass (compute) starts."""
+    backward_end: Callable[[], None]
+    """The backward pass ended."""
+    comm_end: Callable[[], None]
+    """The communication begun by :meth:`comm_begin` ended."""
+    optimizer_begin: Callable[[], None]
+    """The optimizer step starts (unscale, clip, norm, step, scheduler, zero_grad)."""
+    optimizer_end: Callable[[], None]
+    """The optimizer step ended."""
+    record_loss: Callable[[Any], None]
+    """One micro-batch's loss (a single-element tensor, detached here, or a number); it is
+    never read on the training thread."""
 
     def step_begin(self) -> None:
         """Mark the start of the first step (later steps run from the previous step end)."""
-        if self._step_start < 0.0:
+        if self._step_start < 0.0 and self._clock.first < 0.0:
             self._step_start = _clock()
 
-    def data_begin(self) -> None:
-        """Waiting for the next batch starts."""
-        self.begin(DATA)
-
-    def data_end(self) -> None:
-        """The batch arrived."""
-        self.end(DATA)
-
-    def forward_begin(self) -> None:
-        """The forward pass starts."""
-        self.begin(FORWARD)
-
-    def forward_end(self) -> None:
-        """The forward pass ended."""
-        self.end(FORWARD)
-
-    def backward_begin(self) -> None:
-        """The backward pass starts."""
-        self.begin(BACKWARD)
-
-    def backward_end(self) -> None:
-        """The backward pass ended."""
-        self.end(BACKWARD)
-
     def comm_begin(self) -> None:
-        """The gradient all-reduce (or other communication of the step) starts."""
+        """The gradient all-reduce (or other communication of the step) starts; logged as
+        ``perf/backward_allreduce_ms`` besides counting in ``perf/comm_ms``."""
         self._marks_comm = True
-        self.begin(COMM)
-
-    def comm_end(self) -> None:
-        """The communication ended."""
-        self.end(COMM)
-
-    def optimizer_begin(self) -> None:
-        """The optimizer step starts (unscale, clip, step, scheduler, zero_grad)."""
-        self.begin(OPTIMIZER)
-
-    def optimizer_end(self) -> None:
-        """The optimizer step ended."""
-        self.end(OPTIMIZER)
-
-    def record_loss(self, loss: Any) -> None:
-        """One micro-batch's loss (a single-element tensor or a number); never read here."""
-        self.loss.add(loss)
+        self._clock.begin(COMM)
 
     def local_loss(self) -> Any:
         """The step's mean loss so far as a 0-d tensor (None without one), for a driver that
@@ -196,43 +182,48 @@ class StepInstrument:
         """
         now = _clock()
         started = self._step_start
+        if started < 0.0:
+            started = self._clock.first
         self._step_start = now
         step = self.steps + 1 if step is None else step
         self.steps = step
         items: list[tuple[str, Any]] = []
+        add = items.append
         loss = self.loss.take()
         if loss is not None:
-            items.append(("train/loss", loss))
+            add(("train/loss", loss))
         if lr is not None:
-            items.append(("train/lr", lr))
+            add(("train/lr", lr))
         norm = self._grad_norm
         if norm is not None:
             self._grad_norm = None
-            items.append(("train/grad_norm", norm))
+            add(("train/grad_norm", norm))
         if started >= 0.0:  # unknown for a first step whose start no hook marked
             step_s = now - started
-            items.append(("perf/step_time_ms", step_s * 1e3))
+            add(("perf/step_time_ms", step_s * 1e3))
             if samples is None:
                 samples = self.samples_per_step
             if samples is not None:
                 self.throughput.add_to(items, step_s, samples, tokens)
         if loss_scale is not None:
-            items.append(("train/loss_scale", loss_scale))
+            add(("train/loss_scale", loss_scale))
         # the comms logger holds each collective until handed over: take them every step
-        comm = self.comms.take_step_comm_ms() if self.comms is not None else None
-        clock = self._clock
-        if clock is not None:
-            ms = clock.take(now)
+        comms = self.comms
+        comm = None if comms is None else comms.take_step_comm_ms()
+        if self.breakdown:
+            ms = self._clock.take(now)
             self.last_phase_ms = ms
-            items.append(("perf/forward_ms", ms[FORWARD]))
-            items.append(("perf/backward_inner_ms", ms[BACKWARD]))
-            items.append(("perf/optimizer_ms", ms[OPTIMIZER]))
-            items.append(("perf/comm_ms", ms[COMM] if comm is None else comm))
+            data, forward, backward, comm_phase, optimizer = ms  # PHASES
+            add(("perf/forward_ms", forward))
+            add(("perf/backward_inner_ms", backward))
+            add(("perf/optimizer_ms", optimizer))
+            add(("perf/comm_ms", comm_phase if comm is None else comm))
             if self._marks_comm:
-                items.append(("perf/backward_allreduce_ms", ms[COMM]))
-            items.append(("perf/data_ms", ms[DATA]))
-        if self.memory is not None:
-            self.memory.add_to(items, step)
+                add(("perf/backward_allreduce_ms", comm_phase))
+            add(("perf/data_ms", data))
+        memory = self.memory
+        if memory is not None:
+            memory.add_to(items, step)
         monitor = self.monitor
         monitor.step = step
         monitor.emit_checked(tuple(items))

@@ -30,9 +30,8 @@ from trainmon.checkpoint import load_monitor_state, save_monitor_state
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.distributed import MONITORING_CALL
 from trainmon.errors import TrainmonError
-from trainmon.instrument import BACKWARD, COMM, FORWARD, OPTIMIZER, StepInstrument
+from trainmon.instrument import BACKWARD, COMM, FORWARD, OPTIMIZER, StepInstrument, grad_norm
 from trainmon.logging import get_logger
-from trainmon.meters import total_grad_norm
 from trainmon.monitor import Monitor
 from trainmon.values import Deferred
 
@@ -331,7 +330,7 @@ class _DeepSpeedDriver:
             if boundary and self._own_norm:
                 grads = [p.grad for p in self._params if p.grad is not None]
                 if grads:
-                    instrument.record_grad_norm(total_grad_norm(grads, self._uniform))
+                    instrument.record_grad_norm(grad_norm(grads, self._uniform))
             result = self._originals["step"](*args, **kwargs)
         finally:
             instrument.optimizer_end()
