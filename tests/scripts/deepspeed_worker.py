@@ -1,9 +1,9 @@
 """A real DeepSpeed engine on the CPU with ``trainmon.attach``; records its own ground truth.
 
-Usage: deepspeed_worker.py OUTDIR STAGES [STEPS]. Alone (rank 0 of 1) or under torchrun. For
-each ZeRO stage in STAGES (comma separated) a fresh tiny model trains STEPS optimizer steps of
-two micro-batches with DeepSpeed's TensorBoard, CSV and ``wall_clock_breakdown`` on and
-trainmon's journal added by ``attach``; the worker writes what it measured itself (each
+Usage: deepspeed_worker.py OUTDIR STAGES [STEPS]. Alone (rank 0 of 1) or under torchrun.
+For each ZeRO stage in STAGES (comma separated; "00" is stage 0 without gradient clipping) a
+fresh tiny model trains STEPS optimizer steps of two micro-batches with DeepSpeed's
+TensorBoard, CSV and ``wall_clock_breakdown`` on and trainmon's journal added by ``attach``; the worker writes what it measured itself (each
 micro-batch's loss, the learning rate, the gradient norm, ``global_samples``) to
 ``OUTDIR/truth-rank<r>.json``. At stage 0 it also saves a checkpoint, loads it into a new
 engine and trains two more steps, to show that trainmon's step continues.
@@ -41,9 +41,13 @@ MICRO = 2
 GAS = 2
 
 
-def ds_config(out: Path, stage: int, world: int) -> dict[str, Any]:
-    """DeepSpeed's own config: its monitors and breakdown on, as a DeepSpeed user writes it."""
-    return {
+def ds_config(out: Path, token: str, world: int) -> dict[str, Any]:
+    """DeepSpeed's own config: its monitors and breakdown on, as a DeepSpeed user writes it.
+
+    ``token`` is the ZeRO stage; ``"00"`` is stage 0 with ``gradient_clipping: 0`` (DeepSpeed's
+    default clips at 1.0)."""
+    stage = int(token[0])
+    config: dict[str, Any] = {
         "train_batch_size": MICRO * GAS * world,
         "train_micro_batch_size_per_gpu": MICRO,
         "steps_per_print": 2,
@@ -54,12 +58,15 @@ def ds_config(out: Path, stage: int, world: int) -> dict[str, Any]:
             "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 1e-2, "warmup_num_steps": 4},
         },
         "zero_optimization": {"stage": stage},
-        "tensorboard": {"enabled": True, "output_path": str(out), "job_name": f"tb{stage}"},
-        "csv_monitor": {"enabled": True, "output_path": str(out), "job_name": f"csv{stage}"},
+        "tensorboard": {"enabled": True, "output_path": str(out), "job_name": f"tb{token}"},
+        "csv_monitor": {"enabled": True, "output_path": str(out), "job_name": f"csv{token}"},
     }
+    if token == "00":
+        config["gradient_clipping"] = 0.0
+    return config
 
 
-def build(out: Path, stage: int, world: int, job: str) -> tuple[Any, trainmon.Monitor]:
+def build(out: Path, stage: str, world: int, job: str) -> tuple[Any, trainmon.Monitor]:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     engine, _, _, _ = deepspeed.initialize(
@@ -72,7 +79,8 @@ def build(out: Path, stage: int, world: int, job: str) -> tuple[Any, trainmon.Mo
     return engine, trainmon.attach(engine, extra)
 
 
-def train(engine: Any, steps: int, rank: int, stage: int, truth: dict[str, list[Any]]) -> None:
+def train(engine: Any, steps: int, rank: int, token: str, truth: dict[str, list[Any]]) -> None:
+    stage = int(token[0])
     gen = torch.Generator().manual_seed(100 * rank + stage + len(truth["losses"]))
     for _ in range(steps):
         losses = []
@@ -98,7 +106,7 @@ def train(engine: Any, steps: int, rank: int, stage: int, truth: dict[str, list[
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    stages = [int(s) for s in sys.argv[2].split(",")]
+    stages = sys.argv[2].split(",")
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 4
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
@@ -111,16 +119,16 @@ def main() -> None:
         samples = int(engine.global_samples)
         engine.monitor.write_events([("Eval/loss", 0.25 + rank, samples)])
         truth["eval_samples"] = [samples]
-        if stage == 0:
+        if stage == "0":
             engine.save_checkpoint(str(out / "ckpt"))
         detach(engine)
-        if stage == 0:
+        if stage == "0":
             engine, monitor = build(out, stage, world, "resumed0")
             engine.load_checkpoint(str(out / "ckpt"))
             truth["resumed_at"] = [monitor.step]
             train(engine, 2, rank, stage, truth)
             detach(engine)
-        result[str(stage)] = truth
+        result[stage] = truth
     (out / f"truth-rank{rank}.json").write_text(json.dumps(result))
 
 

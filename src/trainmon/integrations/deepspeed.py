@@ -235,12 +235,16 @@ class _DeepSpeedDriver:
             breakdown=config.wall_clock_breakdown or self._ds_breakdown,
         )
         self._fp16 = bool(engine.fp16_enabled())
-        # the norm DeepSpeed leaves None (ZeRO 0 in fp32) is computed here, before the step
-        self._own_norm = (
+        # ZeRO 0 in fp32: DeepSpeed keeps no norm (get_global_grad_norm() is None). With
+        # gradient_clipping its clip_fp32_gradients computes one and drops it: kept from there;
+        # without clipping the norm is computed here, before the step
+        fp32_stage0 = (
             int(engine.zero_optimization_stage()) == 0
             and not self._fp16
             and not bool(engine.bfloat16_enabled())
         )
+        self._clip_norm = fp32_stage0 and float(engine.gradient_clipping()) > 0.0
+        self._own_norm = fp32_stage0 and not self._clip_norm
         self._params = [p for p in engine.module.parameters() if p.requires_grad]
         self._uniform = len({(p.device, p.dtype) for p in self._params}) <= 1
         # DeepSpeed's events through trainmon
@@ -255,6 +259,8 @@ class _DeepSpeedDriver:
         engine.backward = self.backward
         engine.step = self.step
         engine.allreduce_gradients = self.allreduce_gradients
+        if self._clip_norm:
+            engine.clip_fp32_gradients = self.clip_fp32_gradients
         engine.save_checkpoint = self.save_checkpoint
         engine.load_checkpoint = self.load_checkpoint
 
@@ -320,6 +326,19 @@ class _DeepSpeedDriver:
         finally:
             instrument.comm_end()
 
+    def clip_fp32_gradients(self) -> None:
+        """DeepSpeed's clipping at ZeRO 0 in fp32 (its own call), keeping the norm it computes
+        (before clipping) for ``train/grad_norm`` instead of computing it a second time."""
+        from deepspeed.runtime.utils import clip_grad_norm_
+
+        engine = self.engine
+        norm = clip_grad_norm_(
+            parameters=engine.module.parameters(),
+            max_norm=engine.gradient_clipping(),
+            mpu=engine.mpu,
+        )
+        self.instrument.record_grad_norm(norm)
+
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's step; at an accumulation boundary, the step's metrics are logged."""
         engine = self.engine
@@ -343,7 +362,7 @@ class _DeepSpeedDriver:
     def _log_step(self) -> None:
         engine = self.engine
         instrument = self.instrument
-        if not self._own_norm:
+        if not self._own_norm and not self._clip_norm:
             norm = engine.get_global_grad_norm()
             if norm is not None:
                 instrument.record_grad_norm(norm)
@@ -418,7 +437,7 @@ class _DeepSpeedDriver:
     def detach(self) -> None:
         """Restore the engine's methods and DeepSpeed's monitor; close trainmon's monitor."""
         engine = self.engine
-        for name in self._originals:
+        for name in (*self._originals, "clip_fp32_gradients"):
             with contextlib.suppress(AttributeError):
                 delattr(engine, name)
         engine.monitor = self._ds_monitor
