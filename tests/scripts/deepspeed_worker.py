@@ -5,8 +5,9 @@ For each ZeRO stage in STAGES (comma separated; "00" is stage 0 without gradient
 fresh tiny model trains STEPS optimizer steps of two micro-batches with DeepSpeed's
 TensorBoard, CSV and ``wall_clock_breakdown`` on and trainmon's journal added by ``attach``;
 the worker writes what it measured itself (each micro-batch's loss, the learning rate, the
-gradient norm, ``global_samples``) to ``OUTDIR/truth-rank<r>.json``. At stage 0 it also saves a checkpoint, loads it into a new
-engine and trains two more steps, to show that trainmon's step continues.
+gradient norm, ``global_samples``) to ``OUTDIR/truth-rank<r>.json``. At stage 0 it also saves
+a checkpoint, loads it into a new engine and trains two more steps, to show that trainmon's
+step continues.
 """
 
 from __future__ import annotations
