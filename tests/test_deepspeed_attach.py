@@ -55,7 +55,7 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """Every ZeRO stage, one process; returns the output folder and the worker's stdout."""
     out = tmp_path_factory.mktemp("ds1")
     stages = ",".join(str(s) for s in STAGES)
-    result = _run([sys.executable, str(WORKER), str(out), stages, str(STEPS)])
+    result = _run([sys.executable, str(WORKER), str(out), stages, str(STEPS), "alerts"])
     return out, result.stdout + result.stderr
 
 
@@ -210,3 +210,15 @@ def test_two_ranks_loss_is_the_data_parallel_mean(two_ranks: Path, stage: str) -
     assert [int(r[0]) for r in rows[1:]] == rank0["samples"][:STEPS]
     acc = tensorboard(out / f"tb{stage}")
     assert tb_series(acc, "Eval/loss") == [(rank0["eval_samples"][0], 0.25)]
+
+
+def test_stop_rule_stops_training_and_refuses_a_checkpoint(one_process: tuple[Path, str]) -> None:
+    """An "action": "stop" rule raises TrainingStopped from engine.step() a few steps after the
+    value; callbacks saw every step until then; save_checkpoint afterwards saves nothing."""
+    out, _ = one_process
+    seen = truth(out, "alerts")
+    stopped_at = seen["stopped_at"][0]
+    assert stopped_at is not None and 1 <= stopped_at < 100
+    assert seen["callback_steps"] == list(range(1, stopped_at + 1))
+    assert seen["refused"] == [True]
+    assert not (out / "refused").exists()

@@ -1,6 +1,6 @@
 """A real DeepSpeed engine on the CPU with ``trainmon.attach``; records its own ground truth.
 
-Usage: deepspeed_worker.py OUTDIR STAGES [STEPS]. Alone (rank 0 of 1) or under torchrun.
+Usage: deepspeed_worker.py OUTDIR STAGES [STEPS [alerts]]. Alone (rank 0 of 1) or under torchrun.
 For each ZeRO stage in STAGES (comma separated; "00" is stage 0 without gradient clipping) a
 fresh tiny model trains STEPS optimizer steps of two micro-batches with DeepSpeed's
 TensorBoard, CSV and ``wall_clock_breakdown`` on and trainmon's journal added by ``attach``;
@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,57 @@ def main() -> None:
             train(engine, 2, rank, stage, truth)
             detach(engine)
         result[stage] = truth
+    if "alerts" in sys.argv[4:]:
+        result["alerts"] = stop_scenario(out, world, rank)
     (out / f"truth-rank{rank}.json").write_text(json.dumps(result))
+
+
+class StepCounter:
+    """A user's callback: the steps ``on_step_end`` saw."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_step_end(self, engine: Any, step: int) -> None:
+        self.steps.append(step)
+
+
+def stop_scenario(out: Path, world: int, rank: int) -> dict[str, Any]:
+    """A stop rule that fires on the first loss: training stops by itself, and a checkpoint
+    saved afterwards is refused."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 1)
+    engine, _, _, _ = deepspeed.initialize(
+        model=net, model_parameters=net.parameters(), config=ds_config(out, "0", world)
+    )
+    rule = {"name": "any-loss", "metric": "train/loss", "op": ">", "threshold": -1.0}
+    monitor = trainmon.attach(
+        engine,
+        {
+            "tensorboard": {"job_name": "alerts-tb"},
+            "csv_monitor": {"job_name": "alerts-csv"},
+            "alerts": {"rules": [{**rule, "action": "stop"}], "sinks": [{"type": "console"}]},
+        },
+    )
+    counter = StepCounter()
+    monitor.add_callback(counter)
+    stopped_at = None
+    for _ in range(500):
+        try:
+            for _ in range(GAS):
+                engine.backward(engine(torch.randn(MICRO, 8)).pow(2).mean())
+                engine.step()
+        except trainmon.TrainingStopped:
+            stopped_at = int(engine.global_steps)
+            break
+        time.sleep(0.01)
+    try:
+        engine.save_checkpoint(str(out / "refused"))
+        refused = False
+    except trainmon.TrainingStopped:
+        refused = True
+    detach(engine)
+    return {"stopped_at": [stopped_at], "callback_steps": counter.steps, "refused": [refused]}
 
 
 if __name__ == "__main__":
