@@ -8,6 +8,7 @@ from trainmon.config import TrainmonConfig, load_config
 from trainmon.engine import TrainmonEngine, initialize
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.events import StepScalars
+from trainmon.integrations.deepspeed import attach
 from trainmon.journal import read_journal
 from trainmon.monitor import Monitor
 from trainmon.version import __version__
@@ -25,6 +26,7 @@ __all__ = [
     "TrainmonError",
     "Writer",
     "__version__",
+    "attach",
     "initialize",
     "load_config",
     "read_journal",

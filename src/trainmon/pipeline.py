@@ -162,6 +162,15 @@ class Pipeline:
             )
         return False
 
+    def put_side(self, wall_time: float, items: Sequence[Item], kinds: frozenset[str]) -> None:
+        """Queue ``(name, value, step)`` events on their own x axis (DeepSpeed's samples).
+
+        They go only to the ``every: "step"`` writers whose ``kind`` is in ``kinds``, and never
+        into windows, cross-rank statistics or observers (alert rules): their steps are not
+        the training steps, and only one rank logs them.
+        """
+        self.put((wall_time, None, items, kinds), len(items))  # type: ignore[arg-type]
+
     def flush(
         self, timeout: float | None = None, *, then: Callable[[], None] | None = None
     ) -> bool:
@@ -288,6 +297,13 @@ class Pipeline:
                     self.writers.flush(request.barrier)
                     request.reached.set()
                     continue
+                if entry[1] is None:  # side events: written as they are, outside the windows
+                    self._emit(batch)
+                    self._consumed += count
+                    batch, count = [], 0
+                    self._emit_side(entry)
+                    self._consumed += len(entry[2])
+                    continue
                 batch.append(entry)
                 count += len(entry[2])
             self._emit(batch)
@@ -374,6 +390,15 @@ class Pipeline:
         self.writers.write(segment)
         if self._observers:
             self._observe("on_records", records)
+
+    def _emit_side(self, entry: Entry) -> None:
+        try:
+            records = self._records([(entry[0], 0, entry[2], True)])
+        except Exception:
+            self._count_internal_error("could not turn side events into records")
+            return
+        if records:
+            self.writers.write_kinds(records, entry[3])  # type: ignore[arg-type]
 
     def _count_internal_error(self, what: str) -> None:
         self._internal_errors += 1

@@ -91,6 +91,9 @@ class StepInstrument:
         self._grad_norm: Any = None
         self._marks_comm = False
         self._closed = False
+        #: Each phase's milliseconds of the last logged step (indexed like ``PHASES``; numbers
+        #: or Deferred): for a driver that also reports them in its framework's own names.
+        self.last_phase_ms: list[Any] | None = None
         # The hooks are the clock's own methods bound to a phase: one call, no extra layer.
         begin, end = clock.begin, clock.end
         self.begin = begin
@@ -217,7 +220,9 @@ class StepInstrument:
         comms = self.comms
         comm = None if comms is None else comms.take_step_comm_ms()
         if self.breakdown:
-            data, forward, backward, comm_phase, optimizer = self._clock.take(now)  # PHASES
+            ms = self._clock.take(now)
+            self.last_phase_ms = ms
+            data, forward, backward, comm_phase, optimizer = ms  # PHASES
             add(("perf/forward_ms", forward))
             add(("perf/backward_inner_ms", backward))
             add(("perf/optimizer_ms", optimizer))

@@ -158,6 +158,16 @@ class WriterLanes:
             if lane.writer.every == "step":
                 self._put(lane, ("write", records, count), bounded)
 
+    def write_kinds(self, records: Sequence[StepScalars], kinds: frozenset[str]) -> None:
+        """Per-step records to the ``every: "step"`` writers whose ``kind`` is in ``kinds``
+        (events on another x axis, see :meth:`Pipeline.put_side`)."""
+        if not records:
+            return
+        count = sum(len(record.values) for record in records)
+        for lane in self._lanes:
+            if lane.writer.every == "step" and lane.writer.kind in kinds:
+                self._put(lane, ("write", records, count))
+
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         """Completed windows, to every writer (see :meth:`WriterGroup.write_windows`)."""
         for lane in self._lanes:
