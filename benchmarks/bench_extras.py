@@ -80,17 +80,20 @@ def main() -> None:
     monitor = trainmon.Monitor(config)
     flush = monitor.flush
     rows: list[tuple[str, float]] = []
+
+    def histogram(name: str, values: Any) -> Callable[[int], Any]:
+        return lambda i: monitor.log_histogram(name, values, step=i)
+
+    def reference(writer: Any, values: Any) -> Callable[[int], Any]:
+        return lambda i: writer.add_histogram("w", values, i, bins="tensorflow")
+
     for numel in (1_000, 100_000, 1_000_000):
         tensor = torch.randn(numel)
         calls = max(10, args.calls // max(1, numel // 100_000))
-        us = _per_call_us(
-            lambda i, t=tensor: monitor.log_histogram("w", t, step=i), calls, args.rounds, flush
-        )
+        us = _per_call_us(histogram("w", tensor), calls, args.rounds, flush)
         rows.append((f"log_histogram, float32 tensor of {numel:,}", us))
         array = tensor.numpy()
-        us = _per_call_us(
-            lambda i, a=array: monitor.log_histogram("a", a, step=i), calls, args.rounds, flush
-        )
+        us = _per_call_us(histogram("a", array), calls, args.rounds, flush)
         rows.append((f"log_histogram, numpy float32 array of {numel:,}", us))
         pending = [snapshot_histogram("w", tensor, 0, 0.0, 30) for _ in range(calls)]
         start = time.perf_counter_ns()
@@ -107,7 +110,7 @@ def main() -> None:
 
             writer = SummaryWriter(str(base / f"sw-{numel}"))
             us = _per_call_us(
-                lambda i, t=tensor, w=writer: w.add_histogram("w", t, i, bins="tensorflow"),
+                reference(writer, tensor),
                 max(5, calls // 4),
                 args.rounds,
                 writer.flush,
