@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+import harness
 import trainmon
 
 capture: Callable[..., Any] | None
@@ -98,21 +99,20 @@ def run(rounds: int, calls: int) -> dict[str, Any]:
             for _ in range(200):
                 call()
         monitor.flush()
-        order = list(table)
-        for _ in range(rounds):
-            random.shuffle(order)
-            for name in order:
-                _, call = table[name]
-                step = 0
-                cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
-                for step in range(calls):
-                    monitor.step = step
-                    call()
-                cpu1, wall1 = time.thread_time_ns(), time.perf_counter_ns()
-                samples.setdefault(name, []).append(
-                    ((cpu1 - cpu0) / calls / 1e3, (wall1 - wall0) / calls / 1e3)
-                )
-                monitor.flush()
+
+        def one(name: str, _round: int, _recorded: bool) -> None:
+            _, call = table[name]
+            cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+            for step in range(calls):
+                monitor.step = step
+                call()
+            cpu1, wall1 = time.thread_time_ns(), time.perf_counter_ns()
+            samples.setdefault(name, []).append(
+                ((cpu1 - cpu0) / calls / 1e3, (wall1 - wall0) / calls / 1e3)
+            )
+            monitor.flush()
+
+        harness.interleaved_rounds(list(table), rounds, one, rng=random.Random())
         dropped = monitor.dropped_events
     result: dict[str, Any] = {"rounds": rounds, "calls": calls, "dropped": dropped, "cases": {}}
     for name, (scalars, _) in table.items():
@@ -155,14 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         "trainmon": trainmon.__version__,
         "cpus": platform.machine(),
     }
-    print(f"{'case':40s} {'µs/call':>9s} {'µs/scalar':>10s} {'wall µs/call':>13s} {'range':>15s}")
-    for name, row in result["cases"].items():
-        per_scalar = row["call_cpu_us"] / row["scalars"]
-        spread = f"{row['cpu_min_us']:.2f}–{row['cpu_max_us']:.2f}"
-        print(
-            f"{name:40s} {row['call_cpu_us']:9.2f} {per_scalar:10.3f} "
-            f"{row['call_wall_us']:13.2f} {spread:>15s}"
+    lines = [
+        (
+            name,
+            f"{row['call_cpu_us']:.2f}",
+            f"{row['call_cpu_us'] / row['scalars']:.3f}",
+            f"{row['call_wall_us']:.2f}",
+            f"{row['cpu_min_us']:.2f}–{row['cpu_max_us']:.2f}",
         )
+        for name, row in result["cases"].items()
+    ]
+    columns = [("case", -40), ("µs/call", 9), ("µs/scalar", 10), ("wall µs/call", 13)]
+    harness.print_columns([*columns, ("range", 15)], lines)
     print(f"(each includes `monitor.step = s`: {result['step_setter_us']:.3f} µs/call)")
     print(f"dropped: {result['dropped']}")
     verdicts = []

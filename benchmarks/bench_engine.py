@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+import harness
 import trainmon
 
 try:  # what the engine runs on the training thread for its grad norm
@@ -285,44 +286,28 @@ def run_rounds(
     seed: int,
 ) -> None:
     """Rounds of one block per contender, each round in a fresh random order."""
-    order = list(contenders)
-    shuffle = random.Random(seed).shuffle
     offset = 0
-    total = warmup_rounds + rounds
-    for index in range(total):
-        shuffle(order)
-        for contender in order:
-            run_block(contender, batches, steps, offset, record=index >= warmup_rounds)
-            offset += steps
-        if index + 1 == warmup_rounds or (index + 1 - warmup_rounds) % 5 == 0:
-            print(f"  round {index + 1}/{total} done", file=sys.stderr, flush=True)
+
+    def block(contender: Contender, _index: int, recorded: bool) -> None:
+        nonlocal offset
+        run_block(contender, batches, steps, offset, record=recorded)
+        offset += steps
+
+    def progress(done: int, total: int) -> None:
+        if done == warmup_rounds or (done - warmup_rounds) % 5 == 0:
+            print(f"  round {done}/{total} done", file=sys.stderr, flush=True)
+
+    harness.interleaved_rounds(
+        contenders,
+        rounds,
+        block,
+        rng=random.Random(seed),
+        warmup_rounds=warmup_rounds,
+        progress=progress,
+    )
 
 
 # ---- statistics -------------------------------------------------------------------------------
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def paired_overhead(
-    contender: Sequence[float], baseline: Sequence[float], rng: random.Random
-) -> tuple[float, tuple[float, float]]:
-    """Median over rounds of contender/baseline - 1, and a bootstrap 95 % interval (rounds)."""
-    ratios = [c / b for c, b in zip(contender, baseline, strict=True)]
-    estimate = statistics.median(ratios) - 1.0
-    n = len(ratios)
-    boots = [
-        statistics.median(ratios[rng.randrange(n)] for _ in range(n)) - 1.0
-        for _ in range(BOOTSTRAP_RESAMPLES)
-    ]
-    return estimate, (_percentile(boots, 0.025), _percentile(boots, 0.975))
 
 
 def compare(
@@ -330,8 +315,12 @@ def compare(
 ) -> Comparison:
     """Overheads of ``contender`` over ``baseline`` (wall and training-thread CPU)."""
     rng = random.Random(seed)
-    wall, wall_ci = paired_overhead(contender.block_wall_ms, baseline.block_wall_ms, rng)
-    cpu, cpu_ci = paired_overhead(contender.block_cpu_ms, baseline.block_cpu_ms, rng)
+    wall, wall_ci = harness.paired_overhead(
+        contender.block_wall_ms, baseline.block_wall_ms, rng, BOOTSTRAP_RESAMPLES
+    )
+    cpu, cpu_ci = harness.paired_overhead(
+        contender.block_cpu_ms, baseline.block_cpu_ms, rng, BOOTSTRAP_RESAMPLES
+    )
     result = Comparison(
         name=name,
         contender=contender.key,
@@ -486,13 +475,16 @@ def time_norms(
         routines["get_total_norm(grads)"] = lambda: get_total_norm(grads)
     samples: dict[str, list[int]] = {name: [] for name in routines}
     perf = time.perf_counter_ns
-    for index in range(rounds + 20):
-        for name, routine in routines.items():
-            t0 = perf()
-            routine()
-            elapsed = perf() - t0
-            if index >= 20:
-                samples[name].append(elapsed)
+
+    def timed(name: str, _index: int, recorded: bool) -> None:
+        routine = routines[name]
+        t0 = perf()
+        routine()
+        elapsed = perf() - t0
+        if recorded:
+            samples[name].append(elapsed)
+
+    harness.interleaved_rounds(list(routines), rounds, timed, order="fixed", warmup_rounds=20)
     optimizer.zero_grad(set_to_none=True)
     return {name: statistics.median(values) / 1e3 for name, values in samples.items()}
 
@@ -592,7 +584,7 @@ def print_suite(suite: Suite) -> None:
         other = c.other_cpu_ns / 1e6 / max(c.other_steps, 1)
         print(
             f"| {c.key} {c.label} | {statistics.median(walls):.3f} | "
-            f"{_percentile(walls, 0.1):.3f} | {_percentile(walls, 0.9):.3f} | "
+            f"{harness.percentile(walls, 0.1):.3f} | {harness.percentile(walls, 0.9):.3f} | "
             f"{statistics.median(cpus):.3f} | {waited_us(c):.0f} | {other:.3f} |"
         )
     print()
@@ -737,13 +729,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     out_dir = Path(tempfile.mkdtemp(prefix="trainmon-bench-engine-"))
-    load_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    load_start = harness.load_average()
     suites = [run_suite("MLP 256-1024-1024-10", False, args, out_dir, args.blocks, args.steps)]
     if not args.no_tiny:
         suites.append(
             run_suite("tiny Linear(16, 10)", True, args, out_dir, args.tiny_blocks, args.tiny_steps)
         )
-    load_end = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    load_end = harness.load_average()
     meta = {
         "cpus": os.cpu_count(),
         "load_start": load_start,

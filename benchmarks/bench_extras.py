@@ -20,24 +20,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
+import harness
 import trainmon
 from trainmon.records import snapshot_histogram
 
 
 def _per_call_us(
-    call: Callable[[int], None], calls: int, rounds: int, between: Callable[[], None]
+    call: Callable[[int], Any], calls: int, rounds: int, between: Callable[[], Any]
 ) -> float:
-    results = []
-    for _ in range(rounds):
-        start = time.perf_counter_ns()
-        for i in range(calls):
-            call(i)
-        results.append((time.perf_counter_ns() - start) / calls / 1000)
-        between()
-    return statistics.median(results)
+    return statistics.median(harness.per_call_us(call, calls, rounds, between))
 
 
 def _layer_stats_rows(monitor: trainmon.Monitor, rounds: int) -> list[tuple[str, float]]:
@@ -54,14 +49,7 @@ def _layer_stats_rows(monitor: trainmon.Monitor, rounds: int) -> list[tuple[str,
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
 
     def timed(steps: int) -> float:
-        samples = []
-        for _ in range(rounds):
-            start = time.perf_counter_ns()
-            for _ in range(steps):
-                optimizer.step()
-            samples.append((time.perf_counter_ns() - start) / steps / 1000)
-            monitor.flush()
-        return statistics.median(samples)
+        return _per_call_us(lambda _: optimizer.step(), steps, rounds, monitor.flush)
 
     bare = timed(5)
     watcher = monitor.watch_layers(model, optimizer, every=1)
@@ -92,17 +80,20 @@ def main() -> None:
     monitor = trainmon.Monitor(config)
     flush = monitor.flush
     rows: list[tuple[str, float]] = []
+
+    def histogram(name: str, values: Any) -> Callable[[int], Any]:
+        return lambda i: monitor.log_histogram(name, values, step=i)
+
+    def reference(writer: Any, values: Any) -> Callable[[int], Any]:
+        return lambda i: writer.add_histogram("w", values, i, bins="tensorflow")
+
     for numel in (1_000, 100_000, 1_000_000):
         tensor = torch.randn(numel)
         calls = max(10, args.calls // max(1, numel // 100_000))
-        us = _per_call_us(
-            lambda i, t=tensor: monitor.log_histogram("w", t, step=i), calls, args.rounds, flush
-        )
+        us = _per_call_us(histogram("w", tensor), calls, args.rounds, flush)
         rows.append((f"log_histogram, float32 tensor of {numel:,}", us))
         array = tensor.numpy()
-        us = _per_call_us(
-            lambda i, a=array: monitor.log_histogram("a", a, step=i), calls, args.rounds, flush
-        )
+        us = _per_call_us(histogram("a", array), calls, args.rounds, flush)
         rows.append((f"log_histogram, numpy float32 array of {numel:,}", us))
         pending = [snapshot_histogram("w", tensor, 0, 0.0, 30) for _ in range(calls)]
         start = time.perf_counter_ns()
@@ -119,7 +110,7 @@ def main() -> None:
 
             writer = SummaryWriter(str(base / f"sw-{numel}"))
             us = _per_call_us(
-                lambda i, t=tensor, w=writer: w.add_histogram("w", t, i, bins="tensorflow"),
+                reference(writer, tensor),
                 max(5, calls // 4),
                 args.rounds,
                 writer.flush,
@@ -146,9 +137,9 @@ def main() -> None:
     )
     rows += _layer_stats_rows(monitor, args.rounds)
     monitor.close()
-    print(f"{'call':<52} {'µs per call':>12}")
-    for label, us in rows:
-        print(f"{label:<52} {us:>12.1f}")
+    harness.print_columns(
+        [("call", -52), ("µs per call", 12)], [(label, f"{us:.1f}") for label, us in rows]
+    )
 
 
 if __name__ == "__main__":

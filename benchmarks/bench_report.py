@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 METRICS = (
     "Train/Samples/train_loss",
     "Train/Samples/lr",
@@ -56,7 +58,6 @@ METRICS = (
 )
 BATCH = 32
 TARGET_SPEEDUP = 10.0
-RESULT_TAG = "@@BENCH_RESULT@@ "
 
 
 def value(metric_index: int, step: int, rng: random.Random) -> float:
@@ -160,7 +161,7 @@ def worker_main(name: str, data: Path, out: Path) -> None:
         _, command, source = name.split("-")  # trainmon-summary-tb
         result = work_trainmon(data, out, source, command)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    harness.emit_result(result)
 
 
 def write_journal(path: Path, megabytes: float) -> int:
@@ -220,19 +221,14 @@ def memory_main(megabytes: float, src: Path | None, base: Path) -> int:
         f"{time.perf_counter() - began:.0f} s; python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs"
     )
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
+    env = {"PYTHONPATH": str(src)} if src is not None else None
     print(f"code: {src or 'this checkout'}")
     for command in ("summary", "report"):
-        args = [sys.executable, __file__, "--worker", f"trainmon-{command}-journal"]
-        args += ["--data", str(base), "--out", str(base)]
-        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=3600)
-        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT_TAG)), None)
-        if line is None:
-            print(f"  {command}: failed ({done.returncode}): {done.stderr[-500:]}")
+        args = ["--worker", f"trainmon-{command}-journal", "--data", str(base), "--out", str(base)]
+        result = harness.run_worker(__file__, args, env)
+        if "error" in result:
+            print(f"  {command}: failed: {result['error']}")
             continue
-        result = json.loads(line[len(RESULT_TAG) :])
         assert result["scalars"] == scalars, (result["scalars"], scalars)
         rss = result["peak_rss_mb"]
         print(
@@ -255,13 +251,13 @@ CONTENDERS = (
 
 
 def run_worker(name: str, data: Path, out: Path) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--worker", name, "--data", str(data), "--out", str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    for line in result.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            found: dict[str, Any] = json.loads(line[len(RESULT_TAG) :])
-            return found
-    raise RuntimeError(f"worker {name} failed:\n{result.stderr[-3000:]}")
+    result = harness.run_worker(
+        __file__, ["--worker", name, "--data", str(data), "--out", str(out)]
+    )
+    if "error" in result:
+        raise RuntimeError(f"worker {name} failed: {result['error']}")
+    result.pop("other_load_pct", None)
+    return result
 
 
 def cli_seconds(command: str, path: Path, out: Path) -> float:
@@ -308,7 +304,8 @@ def main() -> int:
             f"{facts['tensorboard_bytes'] / 1e6:.1f} MB, "
             f"journal {facts['journal_bytes'] / 1e6:.1f} MB"
         )
-        print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.platform()}")
+        info = harness.machine_info(())
+        print(f"python {info['python']}, {info['cpus']} CPUs, {info['platform']}")
         results: dict[str, dict[str, Any]] = {}
         for name, _ in CONTENDERS:
             runs = [run_worker(name, data, out) for _ in range(args.repeat)]
@@ -321,12 +318,8 @@ def main() -> int:
                 assert math.isclose(result["means"][tag], mean, rel_tol=1e-6), (name, tag)
         base_us = reference["seconds"] / facts["scalars"] * 1e6
         print()
-        header = (
-            f"{'contender':<58} {'seconds':>8} {'us/scalar':>10} {'speed-up':>9} {'peak RSS':>9}"
-        )
-        print(header)
-        print("-" * len(header))
         passed = True
+        lines = []
         for name, label in CONTENDERS:
             r = results[name]
             us = r["seconds"] / facts["scalars"] * 1e6
@@ -335,10 +328,17 @@ def main() -> int:
             if name != "event_accumulator":
                 passed = passed and r["speedup"] >= TARGET_SPEEDUP
             extra = f"  (HTML {r['report_bytes'] / 1e6:.2f} MB)" if r.get("report_bytes") else ""
-            print(
-                f"{label:<58} {r['seconds']:>8.2f} {us:>10.2f} {r['speedup']:>8.1f}x "
-                f"{r['peak_rss_mb']:>7.0f} MB{extra}"
+            lines.append(
+                (
+                    label,
+                    f"{r['seconds']:.2f}",
+                    f"{us:.2f}",
+                    f"{r['speedup']:.1f}x",
+                    f"{r['peak_rss_mb']:>7.0f} MB{extra}",
+                )
             )
+        columns = [("contender", -58), ("seconds", 8), ("us/scalar", 10), ("speed-up", 9)]
+        harness.print_columns([*columns, ("peak RSS", 9)], lines, rule=True)
         print()
         journal = data / "journal" / "ds_job"
         end_to_end = {

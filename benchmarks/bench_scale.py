@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+import harness
 from trainmon.distributed import REDUCED_METRICS, summarise_ranks
 
 HERE = Path(__file__).resolve().parent
@@ -106,12 +107,7 @@ def _rows(world: int) -> list[list[float]]:
 
 
 def _median_us(call: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        call()
-        times.append(time.perf_counter_ns() - t0)
-    return statistics.median(times) / 1e3
+    return statistics.median(harness.time_calls(call, repeat).wall_ns) / 1e3
 
 
 def local_share(sizes: Sequence[int], repeat: int) -> list[dict[str, float]]:
@@ -141,7 +137,7 @@ def local_share(sizes: Sequence[int], repeat: int) -> list[dict[str, float]]:
 
 def print_report(results: list[dict[str, Any]], local: list[dict[str, float]]) -> None:
     """The measured table, the direct rank-0 measurements and the extrapolation, in Markdown."""
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    load = harness.load_average()
     print()
     print(
         f"Machine: {os.cpu_count()} CPUs, load average {load}"

@@ -25,11 +25,9 @@ import functools
 import gc
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,6 +38,9 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import harness
+from harness import fmt
 
 NAMES: tuple[str, ...] = (
     "train/loss",
@@ -53,8 +54,8 @@ NAMES: tuple[str, ...] = (
 )
 PER_STEP = len(NAMES)
 ROWS_MASK = 1023  # value rows are reused cyclically: rows[step & ROWS_MASK]
-RESULT_TAG = "@@BENCH_RESULT@@ "
 WORKER_TIMEOUT_S = 3600
+INFO_MODULES = ("trainmon", "torch", "tensorboard", "tensorboardX", "wandb")
 
 # Targets set by the team (checked at the end of a run).
 TARGET_CALL_US = 0.5
@@ -122,25 +123,6 @@ def tensor_rows() -> list[tuple[Any, ...]]:
 # ---- measurement -------------------------------------------------------------------------------
 
 
-def _children_cpu_ns() -> int:
-    """CPU of child processes (wandb's service): live ones via psutil, plus reaped ones."""
-    total = 0.0
-    try:
-        import psutil
-
-        for child in psutil.Process().children(recursive=True):
-            try:
-                times = child.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                pass
-    except ImportError:
-        pass
-    reaped = os.times()
-    total += reaped.children_user + reaped.children_system
-    return int(total * 1e9)
-
-
 def measure(scalars: int, loop: Callable[[], None], finish: Callable[[], int]) -> Sample:
     """Time ``loop`` on this thread, then ``finish`` (flush/close, returns dropped events).
 
@@ -148,7 +130,7 @@ def measure(scalars: int, loop: Callable[[], None], finish: Callable[[], int]) -
     process did for these scalars is included.
     """
     gc.collect()
-    c0 = _children_cpu_ns()
+    c0 = harness.children_cpu_ns()
     p0 = time.process_time_ns()
     t0 = time.thread_time_ns()
     w0 = time.perf_counter_ns()
@@ -159,7 +141,7 @@ def measure(scalars: int, loop: Callable[[], None], finish: Callable[[], int]) -
     t2 = time.thread_time_ns()
     w2 = time.perf_counter_ns()
     p2 = time.process_time_ns()
-    c2 = _children_cpu_ns()
+    c2 = harness.children_cpu_ns()
     return Sample(
         scalars=scalars,
         call_cpu_ns=t1 - t0,
@@ -286,7 +268,7 @@ def bench_torch_summary_writer(steps: int, folder: Path) -> Sample:
 
 def bench_tensorboardx(steps: int, folder: Path) -> Sample:
     try:
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter  # type: ignore[import-untyped]
     except ImportError as exc:
         raise Unavailable(f"tensorboardX: {exc}") from exc
     writer = SummaryWriter(logdir=str(folder / "tbx"))
@@ -666,13 +648,7 @@ def work_breakdown(steps: int, repeats: int, folder: Path) -> dict[str, Any]:
         pieces["  Pipeline.put(entry, 8)"] = put_only
     medians: dict[str, float] = {}
     for name, fn in pieces.items():
-        fn()  # warm-up
-        runs = []
-        for _ in range(repeats):
-            gc.collect()
-            t0 = time.thread_time_ns()
-            fn()
-            runs.append(time.thread_time_ns() - t0)
+        runs = harness.time_calls(fn, repeats, warmup=1, before=gc.collect).thread_ns
         medians[name] = statistics.median(runs) / steps  # ns per call (8 scalars)
     monitor.close()
     base = medians.pop("loop")
@@ -716,13 +692,12 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
 
     def timed(fn: Callable[[], None]) -> float:
         fn()
-        runs = []
-        for _ in range(repeats):
-            gc.collect()
-            t0 = time.thread_time_ns()
+
+        def batch() -> None:
             for _ in range(reps):
                 fn()
-            runs.append(time.thread_time_ns() - t0)
+
+        runs = harness.time_calls(batch, repeats, before=gc.collect).thread_ns
         return statistics.median(runs) / (reps * scalars)
 
     def piece(label: str, make: Callable[[], Callable[[], Any]]) -> None:
@@ -810,12 +785,13 @@ def work_paired(steps: int, rounds: int, folder: Path) -> dict[str, Any]:
     try:
         trainmon_run(max(1, steps // 10), folder / "warm-t")
         bench_torch_summary_writer(max(1, steps // 10), folder / "warm-s")
-        for i in range(rounds):
-            order = ("t", "s") if i % 2 == 0 else ("s", "t")
-            got: dict[str, Sample] = {}
-            for which in order:
-                run = trainmon_run if which == "t" else bench_torch_summary_writer
-                got[which] = run(steps, folder / f"{which}{i}")
+        got: dict[str, Sample] = {}
+
+        def one(which: str, i: int, _recorded: bool) -> None:
+            run = trainmon_run if which == "t" else bench_torch_summary_writer
+            got[which] = run(steps, folder / f"{which}{i}")
+
+        def pair(_done: int, _total: int) -> None:
             t, sw = got["t"], got["s"]
             pairs.append(
                 {
@@ -824,6 +800,8 @@ def work_paired(steps: int, rounds: int, folder: Path) -> dict[str, Any]:
                     "ratio": (sw.call_cpu_ns / sw.scalars) / (t.call_cpu_ns / t.scalars),
                 }
             )
+
+        harness.interleaved_rounds(("t", "s"), rounds, one, order="alternate", progress=pair)
     except Unavailable as exc:
         return {"unavailable": str(exc)}
     return {
@@ -878,47 +856,14 @@ def work_memory(scalars: int, every: int, folder: Path) -> dict[str, Any]:
 # ---- orchestration -------------------------------------------------------------------------------
 
 
-def _system_busy_s() -> float:
-    """CPU seconds all processes on the machine have used (0 without psutil)."""
-    try:
-        import psutil
-    except ImportError:
-        return 0.0
-    t = psutil.cpu_times()
-    return float(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0))
+def machine_info() -> dict[str, Any]:
+    return harness.machine_info(INFO_MODULES)
 
 
 def run_worker(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run this file as a worker subprocess and return its JSON result (or an error).
-
-    Adds ``other_load_pct``: CPU used by other processes on the machine while the worker ran,
-    as a share of all CPUs (the benchmark's numbers are only clean when this is near 0).
-    """
-    cmd = [sys.executable, str(Path(__file__).resolve()), *args]
-    busy0, mine0, wall0 = _system_busy_s(), os.times(), time.perf_counter()
-    try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=WORKER_TIMEOUT_S,
-            env={**os.environ, **(env or {})},
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
-    busy1, mine1, wall1 = _system_busy_s(), os.times(), time.perf_counter()
-    mine = (mine1.children_user + mine1.children_system + mine1.user + mine1.system) - (
-        mine0.children_user + mine0.children_system + mine0.user + mine0.system
-    )
-    other = max(0.0, (busy1 - busy0) - mine)
-    other_pct = 100 * other / ((wall1 - wall0) * (os.cpu_count() or 1)) if busy1 else float("nan")
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            result: dict[str, Any] = json.loads(line[len(RESULT_TAG) :])
-            result["other_load_pct"] = other_pct
-            return result
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    return {"error": f"worker exited {proc.returncode}: " + " | ".join(tail)}
+    """Run this file as a worker subprocess and return its JSON result (or an error), with
+    ``other_load_pct`` (see ``harness.run_worker``)."""
+    return harness.run_worker(__file__, args, env, WORKER_TIMEOUT_S)
 
 
 @dataclass
@@ -971,16 +916,6 @@ def summarize(key: str, result: dict[str, Any]) -> Row:
     return row
 
 
-def fmt(value: float, digits: int = 3) -> str:
-    if value != value:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.{digits}f}"
-
-
 def print_table(rows: list[Row]) -> None:
     headers = (
         "contender",
@@ -1015,20 +950,7 @@ def print_table(rows: list[Row]) -> None:
                 f"{row.other_load_pct:.0f}%",
             )
         )
-    widths = [len(h) for h in headers]
-    for line in lines:
-        if len(line) == len(headers):
-            widths = [max(w, len(c)) for w, c in zip(widths, line, strict=True)]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for line in lines:
-        if len(line) == len(headers):
-            cells = [line[0].ljust(widths[0])] + [
-                c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
-            ]
-        else:
-            cells = [line[0].ljust(widths[0]), line[1]]
-        print("| " + " | ".join(cells) + " |")
+    harness.print_markdown_table(headers, lines)
     print(
         "\nµs are per scalar, median of the repeats. call = calling thread inside the logging "
         "loop; bg = rest of the process (+ child processes) from the first call until closed; "
@@ -1037,45 +959,6 @@ def print_table(rows: list[Row]) -> None:
         "Paced rows sleep between steps like a training loop, so only their bg CPU is shown. "
         "others = CPU used by other processes on the machine meanwhile, % of all CPUs."
     )
-
-
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
-    }
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu_model"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    for module in ("trainmon", "torch", "tensorboard", "tensorboardX", "wandb"):
-        try:
-            info[module] = __import__(module).__version__
-        except Exception:
-            info[module] = "not installed"
-    info["trainmon_commit"] = _source_revision()
-    return info
-
-
-def _source_revision() -> str:
-    """The commit trainmon was measured at, ``+dirty`` when src/ has uncommitted changes."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def print_paired(paired: dict[str, Any]) -> None:
@@ -1214,48 +1097,50 @@ def main_benchmark(args: argparse.Namespace) -> int:
         # other work on the machine is spread evenly over all of them.
         results: dict[str, dict[str, Any]] = {key: {"samples": []} for key in keys}
         loads: dict[str, list[float]] = {key: [] for key in keys}
-        for round_no in range(args.repeats):
-            for key in keys:
-                contender = CONTENDERS[key]
-                if "samples" not in results[key]:
-                    continue  # unavailable: said so once
-                scalars = args.slow_scalars if contender.slow else args.scalars
-                steps = max(1, scalars // PER_STEP)
-                print(
-                    f"  round {round_no + 1}/{args.repeats}: {contender.label} ...",
-                    file=sys.stderr,
-                    flush=True,
+
+        def one(key: str, round_no: int, _recorded: bool) -> None:
+            contender = CONTENDERS[key]
+            if "samples" not in results[key]:
+                return  # unavailable: said so once
+            scalars = args.slow_scalars if contender.slow else args.scalars
+            steps = max(1, scalars // PER_STEP)
+            print(
+                f"  round {round_no + 1}/{args.repeats}: {contender.label} ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            result: dict[str, Any] = {}
+            for attempt in range(1 + args.retries):
+                if attempt:
+                    time.sleep(2.0)
+                candidate = run_worker(
+                    [
+                        "--worker",
+                        key,
+                        "--steps",
+                        str(steps),
+                        "--repeats",
+                        "1",
+                        "--folder",
+                        str(base / f"{key}-{round_no}-{attempt}"),
+                    ],
+                    env={
+                        "BENCH_QUEUE_SIZE": str(args.queue_size),
+                        "BENCH_PACE_MS": str(args.pace_ms),
+                    },
                 )
-                result: dict[str, Any] = {}
-                for attempt in range(1 + args.retries):
-                    if attempt:
-                        time.sleep(2.0)
-                    candidate = run_worker(
-                        [
-                            "--worker",
-                            key,
-                            "--steps",
-                            str(steps),
-                            "--repeats",
-                            "1",
-                            "--folder",
-                            str(base / f"{key}-{round_no}-{attempt}"),
-                        ],
-                        env={
-                            "BENCH_QUEUE_SIZE": str(args.queue_size),
-                            "BENCH_PACE_MS": str(args.pace_ms),
-                        },
-                    )
-                    load = candidate.get("other_load_pct", 0.0)
-                    if not result or load < result.get("other_load_pct", 0.0):
-                        result = candidate  # keep the quietest attempt
-                    if "samples" not in candidate or not load > args.max_other_load:
-                        break
-                if "samples" in result:
-                    results[key]["samples"].extend(result["samples"])
-                    loads[key].append(result["other_load_pct"])
-                else:
-                    results[key] = result
+                load = candidate.get("other_load_pct", 0.0)
+                if not result or load < result.get("other_load_pct", 0.0):
+                    result = candidate  # keep the quietest attempt
+                if "samples" not in candidate or not load > args.max_other_load:
+                    break
+            if "samples" in result:
+                results[key]["samples"].extend(result["samples"])
+                loads[key].append(result["other_load_pct"])
+            else:
+                results[key] = result
+
+        harness.interleaved_rounds(keys, args.repeats, one, order="fixed")
         for key in keys:
             if loads[key]:
                 results[key]["other_load_pct"] = statistics.median(loads[key])
@@ -1475,7 +1360,7 @@ def main_worker(args: argparse.Namespace) -> int:
             result = {"error": f"unknown worker {args.worker!r}"}
     except Exception as exc:
         result = {"error": f"{type(exc).__name__}: {exc}"}
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    harness.emit_result(result)
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import harness
 from trainmon.aggregate import MetricStats, WindowStats
 from trainmon.distributed import REDUCED_METRICS, CrossRankReducer, pack_window, summarise_ranks
 
@@ -59,33 +59,10 @@ def synthetic_window(rank: int) -> WindowStats:
 def timed(
     call: Callable[[], Any], k: int, warmup: int, barrier: bool
 ) -> tuple[list[int], list[int], list[int], Any]:
-    """Wall, thread-CPU and process-CPU ns of ``k`` calls (after ``warmup``); the last result."""
-    perf, thread_cpu, process_cpu = time.perf_counter_ns, time.thread_time_ns, time.process_time_ns
-    walls: list[int] = []
-    threads: list[int] = []
-    processes: list[int] = []
-    result: Any = None
-    for i in range(warmup + k):
-        if barrier:
-            dist.barrier()
-        p0, c0, w0 = process_cpu(), thread_cpu(), perf()
-        result = call()
-        w1, c1, p1 = perf(), thread_cpu(), process_cpu()
-        if i >= warmup:
-            walls.append(w1 - w0)
-            threads.append(c1 - c0)
-            processes.append(p1 - p0)
-    return walls, threads, processes, result
-
-
-def _summary(values: Sequence[int]) -> dict[str, float]:
-    us = sorted(v / 1e3 for v in values)
-    return {
-        "median_us": statistics.median(us),
-        "p10_us": us[len(us) // 10],
-        "p90_us": us[(len(us) * 9) // 10],
-        "mean_us": statistics.fmean(us),
-    }
+    """Wall, thread-CPU and process-CPU ns of ``k`` calls (after ``warmup``); the last result.
+    With ``barrier`` every call starts together on all ranks (the barrier is not timed)."""
+    t = harness.time_calls(call, k, warmup, before=dist.barrier if barrier else None)
+    return t.wall_ns, t.thread_ns, t.process_ns, t.last
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,14 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "row_floats": len(table[0]),
                 "bytes_gathered_per_window": world * len(table[0]) * 8,
                 "collectives_per_window": 1,
-                "reducer": _summary(walls),
-                "reducer_thread_cpu": _summary(threads),
-                "reducer_process_cpu": _summary(processes),
-                "gather": _summary(gather_walls),
-                "gather_thread_cpu": _summary(gather_threads),
-                "summarise_ranks": _summary(summ_walls),
-                "summarise_ranks_thread_cpu": _summary(summ_threads),
-                "pack_window": _summary(pack_walls),
+                "reducer": harness.summary_us(walls),
+                "reducer_thread_cpu": harness.summary_us(threads),
+                "reducer_process_cpu": harness.summary_us(processes),
+                "gather": harness.summary_us(gather_walls),
+                "gather_thread_cpu": harness.summary_us(gather_threads),
+                "summarise_ranks": harness.summary_us(summ_walls),
+                "summarise_ranks_thread_cpu": harness.summary_us(summ_threads),
+                "pack_window": harness.summary_us(pack_walls),
                 "checks": checks,
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             }
