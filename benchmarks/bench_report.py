@@ -16,6 +16,12 @@ command line is timed too and printed apart). Each worker checks it read N scala
 trainmon workers' per-metric means are checked against EventAccumulator's.
 
 Run: ``.venv/bin/python benchmarks/bench_report.py [--scalars N] [--repeat R] [--json out]``
+
+Memory: ``--journal-mb M [--src OTHER_SRC]`` writes a journal of about M MB (the same ten
+metrics per step and a window every 50 steps) and runs ``trainmon summary`` and ``trainmon
+report`` on it, each in its own process, printing seconds, peak RSS and peak RSS / file size;
+``--src`` runs them on another checkout's ``src`` (e.g. the code before a change) for a side by
+side comparison.
 """
 
 from __future__ import annotations
@@ -157,6 +163,86 @@ def worker_main(name: str, data: Path, out: Path) -> None:
     print(RESULT_TAG + json.dumps(result), flush=True)
 
 
+def write_journal(path: Path, megabytes: float) -> int:
+    """A journal of about ``megabytes`` MB as a Monitor writes it (JsonlWriter's record shapes,
+    written with orjson directly for speed); returns the number of scalars."""
+    import orjson
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    limit = megabytes * 1e6
+    written = scalars = 0
+    start = time.time()
+    with open(path, "wb") as f:
+        meta = {"v": 1, "kind": "meta", "time": start, "job": "ds_job", "rank": 0}
+        f.write(orjson.dumps(meta) + b"\n")
+        step = 0
+        window: dict[str, list[float]] = {}
+        while written < limit:
+            chunk = []
+            for _ in range(1000):
+                step += 1
+                values = {m: value(i, step, rng) for i, m in enumerate(METRICS)}
+                scalars += len(values)
+                record = {"v": 1, "kind": "scalars", "step": step, "time": start + step * 0.01}
+                record["values"] = values
+                chunk.append(orjson.dumps(record))
+                for m, v in values.items():
+                    window.setdefault(m, []).append(v)
+                if step % 50 == 0:
+                    stats = {
+                        m: {"count": len(vs), "mean": statistics.fmean(vs), "min": min(vs),
+                            "max": max(vs), "last": vs[-1]}
+                        for m, vs in window.items()
+                    }  # fmt: skip
+                    chunk.append(
+                        orjson.dumps(
+                            {"v": 1, "kind": "window", "first_step": step - 49, "last_step": step,
+                             "start_time": start + (step - 49) * 0.01,
+                             "end_time": start + step * 0.01, "stats": stats}
+                        )
+                    )  # fmt: skip
+                    window = {}
+            data = b"\n".join(chunk) + b"\n"
+            f.write(data)
+            written += len(data)
+    return scalars
+
+
+def memory_main(megabytes: float, src: Path | None, base: Path) -> int:
+    """Seconds and peak RSS of summary and report on a journal of ``megabytes`` MB."""
+    journal = base / "journal" / "ds_job" / "metrics.jsonl"
+    began = time.perf_counter()
+    scalars = write_journal(journal, megabytes)
+    size = journal.stat().st_size
+    print(
+        f"journal {size / 1e6:.0f} MB, {scalars:,} scalars, written in "
+        f"{time.perf_counter() - began:.0f} s; python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    print(f"code: {src or 'this checkout'}")
+    for command in ("summary", "report"):
+        args = [sys.executable, __file__, "--worker", f"trainmon-{command}-journal"]
+        args += ["--data", str(base), "--out", str(base)]
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=3600)
+        line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT_TAG)), None)
+        if line is None:
+            print(f"  {command}: failed ({done.returncode}): {done.stderr[-500:]}")
+            continue
+        result = json.loads(line[len(RESULT_TAG) :])
+        assert result["scalars"] == scalars, (result["scalars"], scalars)
+        rss = result["peak_rss_mb"]
+        print(
+            f"  trainmon {command:<8} {result['seconds']:7.1f} s  "
+            f"{result['seconds'] / scalars * 1e6:5.2f} us/scalar  peak RSS {rss:6.0f} MB  "
+            f"= {rss * 1048576 / size:.2f} x the journal"
+        )
+    return 0
+
+
 # ---- the driver -----------------------------------------------------------------------------
 
 CONTENDERS = (
@@ -194,6 +280,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per contender; median kept")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", type=Path, help="generate into this folder and keep it")
+    parser.add_argument("--journal-mb", type=float, help="memory mode: journal of this size")
+    parser.add_argument("--src", type=Path, help="memory mode: run this src tree instead")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -203,6 +291,12 @@ def main() -> int:
         return 0
     base = args.keep or Path(tempfile.mkdtemp(prefix="trainmon-bench-report-"))
     base.mkdir(parents=True, exist_ok=True)
+    if args.journal_mb:
+        try:
+            return memory_main(args.journal_mb, args.src, base)
+        finally:
+            if args.keep is None:
+                shutil.rmtree(base, ignore_errors=True)
     data, out = base / "data", base / "out"
     out.mkdir(exist_ok=True)
     try:

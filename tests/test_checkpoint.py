@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -328,3 +329,170 @@ def test_orphaned_steps_stay_hidden_when_the_resumed_run_stops_earlier(tmp_path:
         series = load_run(folder).series["x"]
         assert list(zip(series.steps, series.values, strict=True)) == expected
     assert _scalars(tmp_path / "tb" / "job", "x") == expected
+
+
+# ---- several ranks ---------------------------------------------------------------------------
+
+
+def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
+    """Run the worker on two ranks; a port taken by another process meanwhile (other suites
+    run torchrun on this machine too) is retried with a new one."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+            str(WORKER.parent / "ckpt_ranks_worker.py"), str(tmp_path), mode,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+        if done.returncode == 0 or "address already in use" not in done.stderr.lower():
+            break
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])
+
+
+@pytest.mark.slow
+def test_two_ranks_save_and_load_together(tmp_path: Path) -> None:
+    """Under torchrun both ranks get the saved weights and counters back; rank 0 wrote the
+    model file and each rank its own trainmon state."""
+    results = _torchrun_results(tmp_path, "save")
+    assert [(r["rank"], r["equal"], r["steps"], r["client"]) for r in results] == [
+        (0, True, [3, 3], {}),
+        (1, True, [3, 3], {}),
+    ]
+    folder = tmp_path / "ckpt" / "global_step3"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "mp_rank_00_model_states.pt",
+        "trainmon_state_rank0.json",
+        "trainmon_state_rank1.json",
+    ]
+
+
+@pytest.mark.slow
+def test_a_stop_seen_on_rank_0_stops_the_save_on_every_rank(tmp_path: Path) -> None:
+    """Rules run on rank 0 only; after a NaN loss the save raises TrainingStopped on both
+    ranks (the verdict is shared) and nothing is written."""
+    results = _torchrun_results(tmp_path, "stop")
+    assert [(r["rank"], r["save"]) for r in results] == [(0, "stopped"), (1, "stopped")]
+    assert "nan" in results[0]["reason"] and "another rank" in results[1]["reason"]
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").rglob("*"))
+
+
+def test_a_bad_alert_state_is_refused_by_name(tmp_path: Path) -> None:
+    """A saved baseline that is not a list of numbers is refused with the key named, raised to
+    the caller of load_state_dict although rules are restored on the background thread."""
+    with trainmon.Monitor(_alert_config(tmp_path)) as monitor:
+        state = monitor.state_dict()
+        state["alerts"]["rules"]["spike"]["condition"] = {"values": "lots"}
+        with pytest.raises(ValueError, match="'values' = 'lots'"):
+            monitor.load_state_dict(state)
+
+
+def test_csv_reading_keeps_the_last_row_of_a_step(tmp_path: Path) -> None:
+    """DeepSpeed's CSV layout appended to by a resumed run: the last row of a step wins, a row
+    cut short by a kill is skipped and counted, and summary's loader reads the folder."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "train_loss.csv").write_text("step,loss\n1,1.0\n2,2.0\n3,3.0\n4,4\n3,30.0\n4,nan\n5")
+    (folder / "perf_step_time_ms.csv").write_text("step,step_time_ms\n1,5.0\n2,5.")
+    name, steps, values, skipped = read_metric_csv(folder / "train_loss.csv")
+    assert (name, steps, values[:3], skipped) == ("train/loss", [1, 2, 3, 4], [1.0, 2.0, 30.0], 1)
+    assert math.isnan(values[3])
+    run = load_run(folder)
+    assert run.source == "CSV files"
+    assert sorted(run.series) == ["perf/step_time_ms", "train/loss"]
+    assert run.series["perf/step_time_ms"].steps == [1, 2]  # "5." is a float: kept
+
+
+class _ResumableWriter:
+    """A user's writer (not a Writer subclass) with its own run identity and resume hook."""
+
+    def __init__(self) -> None:
+        self.resumed: list[tuple[int, Any]] = []
+
+    def write(self, records: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def identity(self) -> dict[str, str]:
+        return {"run": "r-1"}
+
+    def resume(self, step: int, identity: Any) -> None:
+        self.resumed.append((step, identity))
+
+
+def test_a_custom_writer_keeps_its_identity_across_a_resume(tmp_path: Path) -> None:
+    """A user's writer's identity() is saved under its kind and handed to its resume()."""
+    from trainmon.writers import register_writer, unregister_writer
+
+    built: list[_ResumableWriter] = []
+
+    def factory() -> _ResumableWriter:
+        built.append(_ResumableWriter())
+        return built[-1]
+
+    register_writer("resumable-test-writer", factory)
+    try:
+        config = {"console": {"enabled": False}, "writers": [{"class": "resumable-test-writer"}]}
+        with trainmon.Monitor(config) as first:
+            first.step = 4
+            state = first.state_dict()
+        assert state["writers"] == {"custom": {"run": "r-1"}}
+        with trainmon.Monitor(config) as second:
+            second.load_state_dict(state)
+        assert built[1].resumed == [(5, {"run": "r-1"})]
+    finally:
+        unregister_writer("resumable-test-writer")
+
+
+def test_the_fp16_grad_scaler_comes_back(tmp_path: Path) -> None:
+    """With fp16 the GradScaler's scale and growth tracker are saved and loaded."""
+    fp16 = {"enabled": True, "initial_scale_power": 8, "loss_scale_window": 2}
+    try:
+        engine = _engine(tmp_path / "a", fp16=fp16)
+    except trainmon.ConfigError as exc:
+        pytest.skip(f"fp16 on the CPU is not supported by this torch: {exc}")
+    _train(engine, 3)  # two clean steps in a window of 2: the scale grows once
+    engine.save_checkpoint(str(tmp_path / "ckpt"))
+    engine.close()
+    other = _engine(tmp_path / "b", fp16=fp16)
+    other.load_checkpoint(str(tmp_path / "ckpt"))
+    _train(other, 1)
+    other.close()
+    scales = [v for _, v in _journal_values(tmp_path / "a" / "job", "train/loss_scale")]
+    resumed = _journal_values(tmp_path / "b" / "job", "train/loss_scale")
+    assert scales[0] == 256.0 and scales[-1] == 512.0  # it grew in the first run
+    assert resumed == [(4, 1024.0)]  # a fresh scaler would say 256 here
+
+
+def test_resume_cutoffs_read_as_a_stream_match_the_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ResumeCutoffs.from_file (for streaming readers) gives the same cutoff for every line as
+    the in-memory form, across chunk boundaries, and none for a journal without a resume."""
+    import trainmon.journal
+    from trainmon.journal import ResumeCutoffs
+
+    monkeypatch.setattr(trainmon.journal, "_SCAN_CHUNK", 7)  # markers cross chunk boundaries
+
+    lines = [b'{"kind":"scalars","step":%d,"values":{}}' % i for i in range(1, 30)]
+    lines.insert(12, b'{"v":1,"kind":"resume","step":6,"time":0}')
+    lines.insert(25, b'{"v":1,"kind":"resume","step":4,"time":0}')
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    whole = ResumeCutoffs(path.read_bytes().split(b"\n"))
+    streamed = ResumeCutoffs.from_file(path)
+    assert [streamed.at(n) for n in range(len(lines))] == [whole.at(n) for n in range(len(lines))]
+    again = ResumeCutoffs(path.read_bytes().split(b"\n"))  # at() only moves forward
+    assert (again.at(0), again.at(13), again.at(24), again.at(26)) == (4, 4, 4, math.inf)
+    (tmp_path / "plain.jsonl").write_bytes(b"\n".join(lines[:12]))
+    assert not ResumeCutoffs.from_file(tmp_path / "plain.jsonl")

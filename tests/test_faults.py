@@ -7,6 +7,7 @@ import csv
 import logging
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -202,8 +203,8 @@ def test_full_disk_loses_only_that_writer_and_is_counted_elsewhere(
     tmp_path: Path, trainmon_log: list[logging.LogRecord]
 ) -> None:
     """When the CSV folder's disk fills up, training carries on, one warning names the CSV writer,
-    the JSONL journal elsewhere has every step plus trainmon/writer_errors > 0, and no file on the
-    full disk is left open after close."""
+    the JSONL journal elsewhere has every step plus trainmon/writer_errors > 0, close names the
+    CSV writer as having lost values, and no file on the full disk is left open after close."""
     small = tmp_path / "small"
     small.mkdir()
     mounted = subprocess.run(
@@ -229,11 +230,13 @@ def test_full_disk_loses_only_that_writer_and_is_counted_elsewhere(
         stats = os.statvfs(small)
         assert stats.f_bavail == 0, "the test never filled the disk"
         warnings = _warnings(trainmon_log)
-        assert len(warnings) == 1, [w.getMessage() for w in warnings]
+        assert len(warnings) == 2, [w.getMessage() for w in warnings]
         assert "csv" in warnings[0].getMessage()
         assert str(small / "run") in warnings[0].getMessage()
         assert warnings[0].exc_info is not None
         assert isinstance(warnings[0].exc_info[1], OSError)
+        summary = warnings[1].getMessage()
+        assert "not delivered" in summary and str(small / "run") in summary
 
         run = journal_root / "run"
         for name in names:
@@ -250,8 +253,8 @@ def test_metric_file_linked_outside_the_folder_is_refused_and_costs_no_other_met
     tmp_path: Path, trainmon_log: list[logging.LogRecord]
 ) -> None:
     """A metric's CSV file that is a symlink leading out of the run folder is never written
-    through (one warning names the CSV writer), while the other metrics' CSV files and the
-    journal keep every value."""
+    through (one warning names the CSV writer, close counts its 300 lost values), while the
+    other metrics' CSV files and the journal keep every value."""
     victim = tmp_path / "victim.txt"
     victim.write_text("do not touch")
     run = tmp_path / "out" / "run"
@@ -269,8 +272,10 @@ def test_metric_file_linked_outside_the_folder_is_refused_and_costs_no_other_met
 
     assert victim.read_text() == "do not touch"
     warnings = _warnings(trainmon_log)
-    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    assert len(warnings) == 2, [w.getMessage() for w in warnings]
     assert "csv" in warnings[0].getMessage()
+    assert "not delivered" in warnings[1].getMessage()
+    assert f"csv writer ({run}): 300 values" in warnings[1].getMessage()
     rows = _csv_rows(run / "fine.csv")
     assert rows[0] == ["step", "fine"]
     assert [(int(s), float(v)) for s, v in rows[1:]] == expected["fine"]
@@ -316,8 +321,9 @@ def test_raising_writer_is_reported_once_counted_and_isolated(
 def test_full_queue_drops_without_blocking_and_counts_every_drop(
     tmp_path: Path, trainmon_log: list[logging.LogRecord]
 ) -> None:
-    """With when_full="drop" and a writer far slower than the loop, logging never blocks, and every
-    event is either written or counted in dropped_events and the trainmon/dropped_events metric."""
+    """With when_full="drop" and a writer far slower than the loop, logging never blocks, the
+    slow writer's misses are counted under its name (one warning), and every event reaches the
+    journal unless it was dropped, and every drop is counted."""
     slow = SlowWriter(delay_s=0.1)
     run = tmp_path / "run"
     monitor = Monitor(
@@ -329,17 +335,25 @@ def test_full_queue_drops_without_blocking_and_counts_every_drop(
     for step in range(total):
         monitor.log({"loss": float(step)}, step=step)
     elapsed = time.monotonic() - started
-    dropped = monitor.dropped_events
     monitor.close()
 
     assert elapsed < 5.0
-    assert dropped > 0
-    assert monitor.dropped_events == dropped
+    lost = monitor.undelivered
+    slow_name = "slow writer (nowhere://slow)"
+    assert lost[slow_name] > 0
+    assert sum(slow.batch_sizes) < total
+    assert monitor.dropped_events == sum(lost.values())
     written = _journal_series(run, "loss")
     assert all(value == float(step) for step, value in written)
-    assert len(written) + dropped == total
-    assert _journal_series(run, DROPPED)[-1][1] == dropped
-    assert len([w for w in _warnings(trainmon_log) if "queue full" in w.getMessage()]) == 1
+    queue_drops = lost.get("queue (full)", 0)
+    journal_misses = sum(n for where, n in lost.items() if where.startswith("jsonl writer"))
+    # with a 10-value queue even the journal's own lane may overflow in "drop" mode (counted,
+    # together with the counter records it missed)
+    assert len(written) + queue_drops <= total <= len(written) + queue_drops + journal_misses
+    assert 0 < _journal_series(run, DROPPED)[-1][1] <= monitor.dropped_events
+    warned = [w.getMessage() for w in _warnings(trainmon_log) if slow_name in w.getMessage()]
+    assert len(warned) == 2, warned  # when it fell behind, and what it missed at close
+    assert "cannot keep up" in warned[0]
 
 
 def test_full_queue_waits_for_a_writer_that_catches_up(
@@ -450,3 +464,211 @@ def test_hostile_metric_names_stay_inside_the_run_folder_and_read_back_exactly(
     for name in HOSTILE_METRICS:
         points = [(e.step, e.value) for e in acc.Scalars(name)]
         assert points == expected[name], name
+
+
+# ---- a full disk that frees up again ---------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs, unmounted afterwards (skipped where mounting is not allowed)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a 256k tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield small
+    finally:
+        if subprocess.run(["umount", str(small)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(small)], capture_output=True)
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the file system holding ``folder`` until it refuses a byte more."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(b"x" * 4096)
+            except OSError:
+                break
+        while True:
+            try:
+                f.write(b"x")
+            except OSError:
+                break
+    assert os.statvfs(folder).f_bavail == 0
+    return filler
+
+
+def _train_through_a_full_disk(small: Path, reference: Path) -> tuple[Monitor, list[int]]:
+    """Steps 0-49 on a healthy disk, 50-249 on a full one, 250-349 after space is freed."""
+    from trainmon.writers.csv import CsvWriter
+    from trainmon.writers.tensorboard import TensorBoardWriter
+
+    run = small / "run"
+    writers = [TensorBoardWriter(run), CsvWriter(run), JsonlWriter(run, "run")]
+    monitor = Monitor(
+        _config(trainmon={"flush_interval_s": 0.02}),
+        writers=[*writers, JsonlWriter(reference, "ref")],
+    )
+    steps = list(range(350))
+    filler = None
+    for step in steps:
+        if step == 50:
+            assert monitor.flush(timeout=30)
+            filler = _fill(small)
+        if step == 250:
+            assert monitor.flush(timeout=30)
+            assert filler is not None
+            filler.unlink()
+        monitor.log({"loss": step / 8, "acc": step / 1000}, step=step)  # never raises
+        if step % 25 == 24:
+            time.sleep(0.05)  # let the background thread flush (and fail) along the way
+    monitor.close()
+    return monitor, steps
+
+
+def _every_reader(run: Path, name: str) -> dict[str, list[tuple[int, float]]]:
+    """The series of ``name`` as TensorBoard's reader, csv and read_journal see it."""
+    rows = _csv_rows(run / f"{name}.csv")
+    assert rows[0] == ["step", name]
+    assert all(len(row) == 2 for row in rows), [row for row in rows if len(row) != 2]
+    return {
+        "tensorboard": [(s, v) for s, v in _tb_series(run, name)],
+        "csv": [(int(s), float(v)) for s, v in rows[1:]],
+        "jsonl": _journal_series(run, name),
+    }
+
+
+def test_full_disk_then_space_again_keeps_every_file_whole_and_every_step(
+    small_disk: Path, tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """On a disk that fills and then frees up, the journal, CSV and TensorBoard files parse with
+    their own readers, nothing is torn or duplicated, and every step is there: what was logged
+    while the disk was full is held (bounded) and written once space comes back."""
+    monitor, steps = _train_through_a_full_disk(small_disk, tmp_path / "ref")
+    assert monitor.dropped_events == 0
+    run = small_disk / "run"
+    for name, scale in (("loss", 8), ("acc", 1000)):
+        for reader, series in _every_reader(run, name).items():
+            expected = [(s, s / scale) for s in steps]
+            if reader == "tensorboard":  # float32
+                assert [s for s, _ in series] == steps, reader
+                values = [v for _, v in series]
+                assert values == pytest.approx([v for _, v in expected], rel=1e-6), reader
+            else:
+                assert series == expected, (reader, name)
+    warnings = [w.getMessage() for w in _warnings(trainmon_log)]
+    assert len(warnings) == 3, warnings  # once per writer on the full disk
+    assert all("out of space" in w for w in warnings)
+
+
+def test_full_disk_past_the_buffer_counts_what_it_drops(
+    small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a full disk lasts longer than the bounded buffer, what is given up is counted in
+    trainmon/dropped_events, the files still parse, and the steps logged after space came back
+    are all there."""
+    from trainmon.writers import csv as csv_writer
+    from trainmon.writers import jsonl, tensorboard
+
+    monkeypatch.setattr(jsonl, "PENDING_BYTES", 2048)
+    monkeypatch.setattr(tensorboard, "PENDING_BYTES", 2048)
+    monkeypatch.setattr(csv_writer, "_PENDING_PER_FILE", 512)
+    monitor, steps = _train_through_a_full_disk(small_disk, tmp_path / "ref")
+    run = small_disk / "run"
+    missing = 0
+    for name, scale in (("loss", 8), ("acc", 1000)):
+        for reader, series in _every_reader(run, name).items():
+            found = [s for s, _ in series]
+            assert found == sorted(set(found)), (reader, name)  # no step twice, in order
+            assert found[:50] == steps[:50] and found[-100:] == steps[-100:], (reader, name)
+            assert all(v == pytest.approx(s / scale, rel=1e-6) for s, v in series)
+            missing += len(steps) - len(found)
+    assert missing > 0
+    assert missing <= monitor.dropped_events
+    reference = _journal_series(tmp_path / "ref", DROPPED)
+    assert reference and reference[-1][1] >= missing
+
+
+# ---- a writer that hangs, and close() within its budget ---------------------------------------
+
+
+class HungWriter(Writer):
+    """A writer whose ``write`` blocks until the test releases it (a dead network mount)."""
+
+    kind = "hung"
+    location = "nowhere://hung"
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        self.release.wait()
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_hung_writer_costs_the_others_nothing_and_close_keeps_its_budget(
+    tmp_path: Path, trainmon_log: list[logging.LogRecord]
+) -> None:
+    """A writer that blocks forever (with when_full "wait" and a small queue) neither starves the
+    journal, which gets every value, nor makes each call wait: the loop loses at most one
+    full_wait_s in all. What the hung writer misses is counted under its name, and close()
+    returns within close_timeout_s, naming the hung writer in one warning."""
+    hung = HungWriter()
+    run = tmp_path / "run"
+    full_wait_s, close_timeout_s = 0.5, 1.0
+    monitor = Monitor(
+        _config(
+            trainmon={
+                "queue_size": 50,
+                "full_wait_s": full_wait_s,
+                "close_timeout_s": close_timeout_s,
+                "flush_interval_s": 0.05,
+            }
+        ),
+        writers=[hung, JsonlWriter(run, "run")],
+    )
+    try:
+        assert monitor.config.trainmon.when_full == "wait"
+        total = 2000
+        started = time.monotonic()
+        for step in range(total):
+            monitor.log({"loss": float(step)}, step=step)
+        elapsed = time.monotonic() - started
+        assert not monitor.flush(timeout=5)  # the hung writer could not flush: said so
+        closing = time.monotonic()
+        monitor.close()
+        close_s = time.monotonic() - closing
+    finally:
+        hung.release.set()
+
+    assert elapsed < 2 * full_wait_s + 1.0  # before: every call waited full_wait_s
+    assert close_s < close_timeout_s + 0.5
+    assert _journal_series(run, "loss") == [(step, float(step)) for step in range(total)]
+    name = "hung writer (nowhere://hung)"
+    assert monitor.undelivered[name] >= total - 50
+    assert _journal_series(run, DROPPED)[-1][1] >= total - 50
+    warned = [w.getMessage() for w in _warnings(trainmon_log) if name in w.getMessage()]
+    assert len(warned) == 2, warned
+    assert "detached" in warned[0]
+    assert "not delivered" in warned[1] and "close_timeout_s = 1 s" in warned[1]
+
+
+def test_close_timeout_s_is_checked() -> None:
+    """trainmon.close_timeout_s must be a finite number of seconds >= 0, named in the error."""
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="trainmon.close_timeout_s"):
+            Monitor(_config(trainmon={"close_timeout_s": bad}))
+    assert Monitor(_config()).config.trainmon.close_timeout_s == 5.0

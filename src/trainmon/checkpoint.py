@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +28,7 @@ from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
     from trainmon.monitor import Monitor
+    from trainmon.writers.base import Writer
 
 _log = get_logger("checkpoint")
 
@@ -89,6 +90,35 @@ def agree_on_stop(reason: str | None) -> str | None:
 
 # ---- trainmon's own state -------------------------------------------------------------------
 
+MONITOR_STATE_FORMAT = "trainmon.monitor_state"
+MONITOR_STATE_VERSION = 1
+"""Version of :meth:`Monitor.state_dict`'s mapping; later versions only add keys."""
+
+
+def keyed_writers(writers: Sequence[Writer]) -> list[tuple[str, Writer]]:
+    """Each writer with its key in a saved state: its kind, ``<kind>-2`` for a second one."""
+    seen: dict[str, int] = {}
+    keyed = []
+    for writer in writers:
+        seen[writer.kind] = seen.get(writer.kind, 0) + 1
+        count = seen[writer.kind]
+        keyed.append((writer.kind if count == 1 else f"{writer.kind}-{count}", writer))
+    return keyed
+
+
+def writer_identities(writers: Sequence[Writer]) -> dict[str, Any]:
+    """``{key: writer.identity()}`` for the writers that have one (a failing one is reported)."""
+    identities: dict[str, Any] = {}
+    for key, writer in keyed_writers(writers):
+        try:
+            identity = writer.identity()
+        except Exception:
+            _log.warning("%s writer: could not read its run identity", writer.kind, exc_info=True)
+            continue
+        if identity is not None:
+            identities[key] = dict(identity)
+    return identities
+
 
 def monitor_state_path(folder: str | os.PathLike[str], rank: int) -> Path:
     """Where rank ``rank``'s monitor state lives in a checkpoint folder."""
@@ -136,8 +166,6 @@ def load_monitor_state(
             monitor.load_state_dict(state)
             return True
     if step is not None:
-        from trainmon.monitor import MONITOR_STATE_FORMAT, MONITOR_STATE_VERSION
-
         monitor.load_state_dict(
             {"format": MONITOR_STATE_FORMAT, "version": MONITOR_STATE_VERSION, "step": step}
         )

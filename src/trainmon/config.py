@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from trainmon import redact
 from trainmon.errors import ConfigError, did_you_mean
 
 DEFAULT_JOB_NAME = "DeepSpeedJobName"
@@ -71,6 +72,11 @@ class ConsoleConfig:
 
     enabled: bool = _doc("Print progress lines.", default=True)
     stream: Literal["stdout", "stderr"] = _doc("Where the lines go.", default="stdout")
+    live: Literal["auto", "on", "off"] = _doc(
+        'One live progress line, rewritten in place between window lines: "auto" when the '
+        "stream is an interactive terminal (never for files, pipes or log collectors).",
+        default="auto",
+    )
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,13 @@ class WandbConfig:
     )
     config: dict[str, Any] = _doc("Hyper-parameters recorded with the run.", default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.team and self.entity and self.team != self.entity:
+            raise ConfigError(
+                f"wandb.team = {self.team!r} and wandb.entity = {self.entity!r} disagree: "
+                "they are two names for the W&B entity; set only one of them"
+            )
+
 
 @dataclass(frozen=True)
 class CometConfig:
@@ -109,6 +122,13 @@ class CometConfig:
     experiment_key: str | None = _doc("Experiment key.", default=None)
     online: bool | None = _doc("Online or offline experiment.", default=None)
     mode: str | None = _doc("Comet start mode.", default=None)
+
+    def __post_init__(self) -> None:
+        if self.samples_log_interval < 0:
+            raise ConfigError(
+                f"'comet.samples_log_interval' = {self.samples_log_interval!r}: expected an "
+                f"integer >= 0"
+            )
 
 
 _PROMETHEUS_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -262,6 +282,28 @@ class PipelineConfig:
         "Longest wait for other ranks in a monitoring collective before giving up on it.",
         default=60.0,
     )
+    close_timeout_s: float = _doc(
+        "Longest close() (and so process exit) waits for writers and alert sinks to finish; "
+        "what they did not deliver by then is listed in one warning.",
+        default=5.0,
+    )
+    layer_stats: bool = _doc(
+        "trainmon.initialize: log layers/<group>/grad_norm, weight_norm and update_ratio at each "
+        "window end (any loop: Monitor.watch_layers), and name the groups that moved most in "
+        "spike, growth and non_finite alerts.",
+        default=False,
+    )
+    layer_stats_depth: int | None = _doc(
+        "Name components per layer group (blocks.11.attn is 3); null means top-level blocks "
+        "(blocks.11, fc1).",
+        default=None,
+    )
+    total_steps: int | None = _doc(
+        "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
+        "elapsed · ETA); null means scheduler.params.total_num_steps, or "
+        "Monitor.set_total_steps(), else no ETA.",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -289,6 +331,20 @@ class ThroughputConfig:
         "Peak TFLOPS of one device for MFU; null looks the accelerator up in a known table.",
         default=None,
     )
+
+    def __post_init__(self) -> None:
+        # a zero, negative or NaN peak would divide by zero (or lie) inside engine.step()
+        if self.tokens_per_sample is not None and self.tokens_per_sample < 1:
+            raise ConfigError(
+                f"'throughput.tokens_per_sample' = {self.tokens_per_sample!r}: expected an "
+                f"integer >= 1, or null"
+            )
+        for name in ("flops_per_sample", "peak_tflops"):
+            value = getattr(self, name)
+            if value is not None and not 0 < value < float("inf"):
+                raise ConfigError(
+                    f"'throughput.{name}' = {value!r}: expected a finite number > 0, or null"
+                )
 
 
 # ---- alerts -----------------------------------------------------------------------------------
@@ -544,6 +600,7 @@ class AlertsConfig:
 
     def __post_init__(self) -> None:
         parse_alert_rules(self.rules)
+        check_sinks(self.sinks, has_run_dir=True)
 
     def rule_configs(self) -> tuple[AlertRuleConfig, ...]:
         """The rules, checked and typed."""
@@ -600,20 +657,179 @@ _SECTIONS: dict[str, type] = {
 _TOP_LEVEL = [f.name for f in dataclasses.fields(TrainmonConfig) if f.name not in _SECTIONS]
 
 
-def load_config(source: ConfigSource = None) -> TrainmonConfig:
-    """Build a :class:`TrainmonConfig` from a dict, a JSON/YAML file path, a config, or None."""
-    if source is None:
-        return TrainmonConfig()
+#: Top-level keys ``trainmon.initialize`` reads to build the training objects (``Monitor`` and
+#: ``attach`` leave them to DeepSpeed).
+ENGINE_KEYS = ("optimizer", "scheduler", "fp16", "bf16", "bfloat16")
+#: Top-level keys of DeepSpeed's config that trainmon does not use (``validate`` lists them).
+DEEPSPEED_KEYS = frozenset(
+    {
+        "activation_checkpointing", "aio", "amp", "autotuning", "checkpoint",
+        "communication_data_type", "compile", "compression_training", "curriculum_learning",
+        "data_efficiency", "data_types", "dataloader_drop_last", "disable_allgather",
+        "disable_python_gc", "dump_state", "eigenvalue", "elasticity", "flops_profiler",
+        "fp32_allreduce", "gradient_allreduce_op", "gradient_predivide_factor",
+        "graph_harvesting", "hybrid_engine", "load_universal_checkpoint", "memory_breakdown",
+        "mics_hierarchical_params_gather", "mics_shard_size", "nebula", "pipeline",
+        "prescale_gradients", "progressive_layer_drop", "quantize_training", "seed",
+        "seq_parallel_communication_data_type", "sequence_parallel_size", "sparse_attention",
+        "sparse_gradients", "tensor_parallel", "timers", "torch_autocast",
+        "use_data_before_expert_parallelism",
+        "use_node_local_storage", "vocabulary_size", "weight_quantization",
+        "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "zero_optimization",
+    }
+)  # fmt: skip
+OPTIMIZER_TYPES = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
+SCHEDULER_TYPES = {"warmuplr": "WarmupLR", "warmupdecaylr": "WarmupDecayLR"}
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """The verdict of :func:`check_config` on a config that loads."""
+
+    config: TrainmonConfig
+    warnings: tuple[str, ...] = ()
+    """Likely mistakes that do not stop it loading: a top-level key close to a known one."""
+    deepspeed_keys: tuple[str, ...] = ()
+    """DeepSpeed's keys that trainmon does not use (left to DeepSpeed)."""
+    engine_keys: tuple[str, ...] = ()
+    """Keys only ``trainmon.initialize`` reads (optimizer, scheduler, precision)."""
+    unknown_keys: tuple[str, ...] = ()
+    """Keys neither trainmon nor DeepSpeed knows (those close to a known one also warn)."""
+
+
+def check_config(source: ConfigSource = None, *, engine: bool = False) -> ConfigCheck:
+    """The one function that decides whether a config is valid.
+
+    ``Monitor``, ``trainmon.initialize`` (with ``engine=True``, which also checks the
+    ``optimizer``, ``scheduler`` and ``fp16``/``bf16`` sections it builds) and
+    ``trainmon validate`` all call it, so they give the same verdict: a mistake is a
+    :class:`ConfigError` naming the key, the value and what was expected.
+    """
     if isinstance(source, TrainmonConfig):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        return _from_mapping(_read_file(Path(source)), origin=str(source))
-    if isinstance(source, Mapping):
-        return _from_mapping(source, origin="config")
-    raise ConfigError(
-        f"config must be a dict, a path to a JSON or YAML file, or a TrainmonConfig; "
-        f"got {type(source).__name__}"
+        config = source
+    elif source is None:
+        config = TrainmonConfig()
+    elif isinstance(source, (str, os.PathLike)):
+        config = _from_mapping(_read_file(Path(source)), origin=str(source))
+    elif isinstance(source, Mapping):
+        config = _from_mapping(source, origin="config")
+    else:
+        raise ConfigError(
+            f"config must be a dict, a path to a JSON or YAML file, or a TrainmonConfig; "
+            f"got {type(source).__name__}"
+        )
+    if engine:
+        check_engine_sections(config.raw)
+    own = {f.name for f in dataclasses.fields(TrainmonConfig)} - {"raw"}
+    known = sorted(own | set(ENGINE_KEYS) | DEEPSPEED_KEYS)
+    warnings = []
+    unknown = []
+    for key in config.raw:
+        if key in own or key in ENGINE_KEYS or key in DEEPSPEED_KEYS:
+            continue
+        unknown.append(str(key))
+        hint = did_you_mean(str(key), known, cutoff=0.8)
+        if hint:
+            warnings.append(
+                f"top-level key {str(key)!r} is not a trainmon or DeepSpeed setting and is "
+                f"ignored; {hint}"
+            )
+    return ConfigCheck(
+        config,
+        tuple(warnings),
+        deepspeed_keys=tuple(sorted(k for k in config.raw if k in DEEPSPEED_KEYS)),
+        engine_keys=tuple(k for k in ENGINE_KEYS if k in config.raw),
+        unknown_keys=tuple(unknown),
     )
+
+
+def load_config(source: ConfigSource = None, *, engine: bool = False) -> TrainmonConfig:
+    """Build a :class:`TrainmonConfig` from a dict, a JSON/YAML file path, a config, or None.
+
+    Checked by :func:`check_config`; its warnings are logged once here.
+    """
+    if isinstance(source, TrainmonConfig) and not engine:
+        return source
+    checked = check_config(source, engine=engine)
+    if not isinstance(source, TrainmonConfig):
+        from trainmon.logging import get_logger
+
+        for warning in checked.warnings:
+            get_logger("config").warning("%s", warning)
+    return checked.config
+
+
+def check_engine_sections(raw: Mapping[str, Any]) -> None:
+    """Check what ``trainmon.initialize`` builds from DeepSpeed's sections, before any torch
+    object exists: ``optimizer`` and ``scheduler`` types and keys, ``fp16``/``bf16``."""
+    section = raw.get("optimizer")
+    if section is not None:
+        if not isinstance(section, Mapping):
+            raise ConfigError(
+                f"'optimizer' = {section!r}: expected a mapping such as "
+                f'{{"type": "AdamW", "params": {{"lr": 0.001}}}}'
+            )
+        kind = section.get("type")
+        if not isinstance(kind, str) or kind.lower() not in OPTIMIZER_TYPES:
+            extra = did_you_mean(str(kind), list(OPTIMIZER_TYPES.values()), start="; ")
+            raise ConfigError(
+                f"'optimizer.type' = {kind!r}: trainmon.initialize builds "
+                f"{', '.join(OPTIMIZER_TYPES.values())} (any case){extra}, or pass optimizer="
+            )
+        if not isinstance(section.get("params", {}), Mapping):
+            raise ConfigError(
+                f"'optimizer.params' = {section['params']!r}: expected a mapping of arguments"
+            )
+    section = raw.get("scheduler")
+    if section is not None:
+        _check_scheduler(section)
+    for key in ("fp16", "bf16", "bfloat16"):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigError(
+                f"{key!r} = {value!r}: expected a mapping such as {{'enabled': true}}"
+            )
+
+
+def _check_scheduler(section: Any) -> None:
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"'scheduler' = {section!r}: expected a mapping with 'type' and 'params'")
+    kind = section.get("type")
+    if not isinstance(kind, str) or kind.lower() not in SCHEDULER_TYPES:
+        extra = did_you_mean(str(kind), list(SCHEDULER_TYPES.values()), start="; ")
+        raise ConfigError(
+            f"'scheduler.type' = {kind!r}: trainmon.initialize builds "
+            f"{', '.join(SCHEDULER_TYPES.values())}{extra}; for any other schedule pass "
+            f"lr_scheduler="
+        )
+    given = section.get("params", {}) or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"'scheduler.params' = {given!r}: expected a mapping of arguments")
+    decay = SCHEDULER_TYPES[kind.lower()] == "WarmupDecayLR"
+    known = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"}
+    known |= {"total_num_steps"} if decay else set()
+    unknown = sorted(set(given) - known - {"last_batch_iteration"})
+    if unknown:
+        hint = did_you_mean(unknown[0], sorted(known), start="; ")
+        raise ConfigError(
+            f"'scheduler.params' has unknown key(s) {unknown}{hint}; valid keys: {sorted(known)}"
+        )
+    if given.get("warmup_type", "log") not in ("log", "linear"):
+        raise ConfigError(
+            f"'scheduler.params.warmup_type' = {given['warmup_type']!r}: expected 'log' or 'linear'"
+        )
+    if decay and "total_num_steps" not in given:
+        raise ConfigError("'scheduler.params.total_num_steps' is required for WarmupDecayLR")
+    for key in ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps"):
+        value = given.get(key)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < float("inf")
+        ):
+            raise ConfigError(
+                f"'scheduler.params.{key}' = {value!r}: expected a finite number >= 0"
+            )
 
 
 def _read_file(path: Path) -> Mapping[str, Any]:
@@ -653,9 +869,10 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:
     ):
         if kwargs.get(key) is not None and kwargs[key] < 1:
             raise ConfigError(f"{origin}: {key!r} = {data[key]!r}: expected an integer >= 1")
-    if kwargs.get("gradient_clipping", 0.0) < 0:
+    if not 0 <= kwargs.get("gradient_clipping", 0.0) < float("inf"):
         raise ConfigError(
-            f"{origin}: 'gradient_clipping' = {data['gradient_clipping']!r}: expected a number >= 0"
+            f"{origin}: 'gradient_clipping' = {data['gradient_clipping']!r}: expected a finite "
+            f"number >= 0 (0 turns clipping off)"
         )
     config = TrainmonConfig(raw=dict(data), **kwargs)
     _check_semantics(config, origin)
@@ -683,21 +900,38 @@ def _build_section(section_type: type, value: Any, path: str, origin: str) -> An
 
 
 def _check_semantics(config: TrainmonConfig, origin: str) -> None:
+    has_run_dir = False
     for key in ("tensorboard", "csv_monitor", "jsonl"):
         section: OutputSection = getattr(config, key)
         _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
         _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
+        has_run_dir = has_run_dir or section.enabled
+    # a file sink without a path needs a run folder: known only once the outputs are known
+    check_sinks(config.alerts.sinks, has_run_dir=has_run_dir)
     pipeline = config.trainmon
-    for name in ("queue_size", "window_steps"):
+    for name in ("queue_size", "window_steps", "total_steps", "layer_stats_depth"):
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
-    for name in ("full_wait_s", "flush_interval_s", "window_seconds", "collective_timeout_s"):
+    for name in (
+        "full_wait_s",
+        "flush_interval_s",
+        "window_seconds",
+        "collective_timeout_s",
+        "close_timeout_s",
+    ):
         value = getattr(pipeline, name)
         if value is not None and (not value >= 0 or value == float("inf")):
             raise ConfigError(
                 f"{origin}: 'trainmon.{name}' = {value!r}: expected a finite number of seconds >= 0"
             )
+
+
+def check_sinks(sinks: Any, *, has_run_dir: bool) -> None:
+    """``alerts.sinks`` checked exactly as the Monitor builds them (no I/O, nothing sent)."""
+    from trainmon.alerts.sinks import build_sinks
+
+    build_sinks(sinks, run_dir=Path("run") if has_run_dir else None, job="job")
 
 
 def _check_path_part(value: str, path: str, origin: str, *, relative: bool) -> None:
@@ -748,7 +982,9 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
         if value in choices and isinstance(value, str):
             return value
         extra = did_you_mean(str(value), [str(c) for c in choices], start="; ")
-        raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}{extra}")
+        raise ConfigError(
+            f"{origin}: {path!r} = {redact.shown(value)}: expected {_describe(tp)}{extra}"
+        )
     if kind in (typing.Union, types.UnionType):
         for option in typing.get_args(tp):
             try:
@@ -777,7 +1013,7 @@ def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
         return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
     if ok:
         return value
-    raise ConfigError(f"{origin}: {path!r} = {value!r}: expected {_describe(tp)}")
+    raise ConfigError(f"{origin}: {path!r} = {redact.shown(value)}: expected {_describe(tp)}")
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:

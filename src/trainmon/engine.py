@@ -404,6 +404,9 @@ class TrainmonEngine:
         self.training_dataloader = (
             None if training_data is None else self._dataloader(training_data, collate_fn)
         )
+        layers = self.monitor.config.trainmon
+        if layers.layer_stats:  # per-layer health, hooked on the optimizer's step
+            self.monitor.watch_layers(module, self.optimizer, depth=layers.layer_stats_depth)
 
     # ---- DeepSpeed's training API (the hot path) ----------------------------------------
 
@@ -875,7 +878,7 @@ def initialize(
         config = getattr(deepspeed_kwargs.get("args"), "deepspeed_config", None)
     if model is None:
         raise EngineUsageError("initialize() needs model=: the torch.nn.Module to train")
-    cfg = load_config(config)
+    cfg = load_config(config, engine=True)
     batch = resolve_batch_sizes(
         cfg.train_batch_size,
         cfg.train_micro_batch_size_per_gpu,

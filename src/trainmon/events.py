@@ -19,3 +19,65 @@ class StepScalars:
     step: int
     wall_time: float
     values: Mapping[str, Number]
+
+
+# ---- beyond scalars: histograms, text and hyper-parameters ----------------------------------
+# Built on the background thread and handed to :meth:`Writer.write_extras` in stream order
+# (after the scalars logged before them). Writers that cannot show a kind ignore it.
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """The distribution of one tensor or array at one step, in equal-width buckets.
+
+    ``edges`` has one more entry than ``counts``; bucket ``i`` covers ``[edges[i],
+    edges[i+1])`` (the last one closed). ``num``, ``sum`` and ``sum_squares`` cover the finite
+    values; NaN and ±Inf are counted in ``non_finite`` and left out of the buckets.
+    """
+
+    name: str
+    step: int
+    wall_time: float
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    min: float
+    max: float
+    num: int
+    sum: float
+    sum_squares: float
+    non_finite: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A piece of text logged under ``name`` at one step (a sample, a prompt, a note)."""
+
+    name: str
+    step: int
+    wall_time: float
+    text: str
+
+
+#: A hyper-parameter value as every backend can store it.
+HparamValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class Hparams:
+    """The run's hyper-parameters (flat ``a.b.c`` keys) and the metrics they are judged by."""
+
+    wall_time: float
+    step: int
+    hparams: Mapping[str, HparamValue]
+    metrics: Mapping[str, Number]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How many steps the run will take (:meth:`~trainmon.Monitor.set_total_steps`)."""
+
+    total_steps: int
+
+
+#: What :meth:`~trainmon.writers.base.Writer.write_extras` receives.
+Extra = Histogram | Text | Hparams | Progress

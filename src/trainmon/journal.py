@@ -17,14 +17,25 @@ Schema version 1, one JSON object per line, append-only:
   ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
   :mod:`trainmon.aggregate`).
 
-* ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}`` — written by a run resumed
-  from a checkpoint (after its ``meta`` line, see ``Monitor.load_state_dict``): ``step`` is the
-  first step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned
-  (the run that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and
-  ``report`` leave those ``scalars`` lines out, and ``window`` lines whose ``last_step`` is
-  ``>= step``, so each step is seen once and the later run wins.
+* ``{"v": 1, "kind": "histogram", "name": str, "step": int, "time": <unix s>, "edges":
+  [n, ...], "counts": [int, ...], "min": n, "max": n, "num": int, "sum": n, "sum_squares": n,
+  "non_finite": int}`` — one :meth:`~trainmon.Monitor.log_histogram` call: ``len(edges) ==
+  len(counts) + 1`` equal-width buckets over the finite values; ``num``/``sum``/
+  ``sum_squares`` cover those, NaN and ±Inf are counted in ``non_finite``.
+* ``{"v": 1, "kind": "text", "name": str, "step": int, "time": <unix s>, "text": str}`` —
+  one :meth:`~trainmon.Monitor.log_text` call.
+* ``{"v": 1, "kind": "hparams", "step": int, "time": <unix s>, "hparams": {key: str | number
+  | bool}, "metrics": {name: number}}`` — the run's hyper-parameters (flat ``a.b`` keys), part
+  of the run's description like ``meta``; a later one adds to and overrides an earlier one.
 
 Readers must skip kinds they do not know; later versions only add kinds and keys.
+
+A run resumed from a checkpoint (see ``Monitor.load_state_dict``) writes, after its ``meta``
+line, ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}``: ``step`` is the first
+step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned (the run
+that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and ``report``
+leave out those ``scalars`` lines, and ``window`` lines whose ``last_step`` is ``>= step``, so
+each step is seen once and the later run wins.
 """
 
 from __future__ import annotations
@@ -86,14 +97,26 @@ RESUME_KIND = "resume"
 _RESUME_MARK = b'"resume"'
 
 
+_SCAN_CHUNK = 1 << 20
+
+
+def _marked_lines(f: Any) -> Iterator[bytes]:
+    """Each line of ``f``, with the lines that cannot hold a resume record emptied (cheap)."""
+    for line in f:
+        yield line if _RESUME_MARK in line else b""
+
+
 class ResumeCutoffs:
     """Which lines a later ``resume`` record orphaned: :meth:`at` gives, for a line number
     (asked in increasing order), the lowest step that a resume record after it starts again
     from (``math.inf`` when none does)."""
 
-    def __init__(self, lines: list[bytes]) -> None:
+    def __init__(self, lines: list[bytes], data: bytes | None = None) -> None:
+        """``data``, the file the lines were split from, lets a journal without any resume
+        record skip the scan of its lines (one search of the whole file instead)."""
         marks: list[tuple[int, int]] = []
-        for number, line in enumerate(lines):
+        scan = data is None or _RESUME_MARK in data
+        for number, line in enumerate(lines if scan else ()):
             if _RESUME_MARK in line:
                 try:
                     record = orjson.loads(line)
@@ -110,6 +133,24 @@ class ResumeCutoffs:
             lowest[i] = min(marks[i][1], lowest[i + 1])
         self._lowest = lowest
         self._next = 0
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ResumeCutoffs:
+        """The cutoffs of a journal read as a stream (for readers that never hold the whole
+        file): one chunked search for a resume record, and a pass over the lines only when
+        there is one. Line numbers are 0-based, as the file's lines come."""
+        found = False
+        tail = b""
+        with open(path, "rb") as f:
+            while chunk := f.read(_SCAN_CHUNK):
+                if _RESUME_MARK in tail + chunk[: len(_RESUME_MARK)] or _RESUME_MARK in chunk:
+                    found = True
+                    break
+                tail = chunk[-len(_RESUME_MARK) :]
+        if not found:
+            return cls([], b"")
+        with open(path, "rb") as f:
+            return cls(list(_marked_lines(f)))
 
     def __bool__(self) -> bool:
         return bool(self._lines)
@@ -146,9 +187,11 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     if path.is_dir():
         path = path / JOURNAL_FILE
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+        data = f.read()
+    lines = data.split(b"\n")
     last = len(lines) - 1
-    cutoffs = ResumeCutoffs(lines)
+    cutoffs = ResumeCutoffs(lines, data)
+    del data
     for number, line in enumerate(lines):
         if not line.strip():
             continue
@@ -165,6 +208,16 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
         values = record.get("values")
         if isinstance(values, dict):
             record["values"] = {k: decode_value(v) for k, v in values.items()}
+        kind = record.get("kind")
+        if kind == "histogram":
+            for key in ("min", "max", "sum", "sum_squares"):
+                if key in record:
+                    record[key] = decode_value(record[key])
+        elif kind == "hparams":
+            for key in ("hparams", "metrics"):
+                found = record.get(key)
+                if isinstance(found, dict):
+                    record[key] = {k: decode_value(v) for k, v in found.items()}
         stats = record.get("stats")
         if isinstance(stats, dict):
             record["stats"] = {

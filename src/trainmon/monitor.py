@@ -3,32 +3,68 @@
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import signal
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from functools import partial
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
-from trainmon.checkpoint import agree_on_stop
+from trainmon.checkpoint import (
+    MONITOR_STATE_FORMAT,
+    MONITOR_STATE_VERSION,
+    agree_on_stop,
+    keyed_writers,
+    writer_identities,
+)
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
 from trainmon.errors import TrainingStopped
-from trainmon.events import StepScalars
+from trainmon.events import Hparams, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
+from trainmon.records import (
+    DEFAULT_BINS,
+    PendingHparams,
+    PendingProgress,
+    PendingText,
+    check_metrics,
+    check_text,
+    flatten_hparams,
+    snapshot_histogram,
+)
 from trainmon.timing import Timer
-from trainmon.values import NATIVE_TYPES, check_value
+from trainmon.values import (
+    CAPTURED,
+    INT64_MAX,
+    INT64_MIN,
+    Deferred,
+    Snapshot,
+    capture,
+    check_step,
+    check_value,
+    is_tensor,
+    plain_number,
+)
 from trainmon.writers import build_writers
 from trainmon.writers.base import Writer, WriterGroup
 
+if TYPE_CHECKING:
+    from trainmon.layer_stats import LayerWatcher
+
 _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
+# int values the fast path takes as they are; others go to the full check (floats' range)
+_INT_MIN, _INT_MAX = INT64_MIN, INT64_MAX
+# exact types seen to be torch tensors (Tensor, Parameter, subclasses): one set lookup per value
+_TENSOR_KINDS: set[type] = set()
 
 
 class Monitor:
@@ -63,12 +99,17 @@ class Monitor:
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        reducer = _cross_rank_reducer(self.config, all_ranks_log)
+        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
         self._closed = False
+        # why events can no longer be written ("closed", "forked"), checked once per call
+        self._unusable: str | None = None
+        self._unwritable = 0
+        self._warned_unusable: set[str] = set()
+        self._pid = os.getpid()
         self.callbacks: list[Any] = []
         self._stop_reason: str | None = None
         if self.alerts is not None:
@@ -84,33 +125,58 @@ class Monitor:
 
     @step.setter
     def step(self, value: int) -> None:
-        if type(value) is not int:
+        if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
             if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise TypeError(f"Monitor.step = {value!r}: expected an integer")
-            value = value.__index__()
+            try:
+                value = operator.index(value)
+            except Exception as exc:
+                raise TypeError(f"Monitor.step = {value!r}: not one integer ({exc})") from None
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise ValueError(f"Monitor.step = {value}: outside -2**63 <= step < 2**63")
         self._step = value
 
     def write_events(self, events: Iterable[Item]) -> None:
-        """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once."""
+        """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once.
+
+        What is recorded is each value as it is at this call: the events are taken out of the
+        caller's containers and tensors are captured (copied on their device, not read), so
+        changing them afterwards changes nothing. Bad input raises here, naming the metric.
+        """
+        if self._unusable is not None:
+            self._drop_unwritable(events)
+            return
         items = events if type(events) is tuple else tuple(events)
         names = self._names
+        tensors: list[Any] = []
         try:
-            for item in items:
-                if (
-                    item[0] not in names
-                    or type(item[1]) not in NATIVE_TYPES
-                    or (len(item) != 2 and (len(item) != 3 or type(item[2]) is not int))
+            for item in items:  # the fast path: tuples of a known name, a number, an int step
+                if type(item) is not tuple or item[0] not in names:
+                    break
+                value = item[1]
+                kind = type(value)
+                if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
+                    if kind not in _TENSOR_KINDS:
+                        if not is_tensor(value):
+                            break
+                        _TENSOR_KINDS.add(kind)
+                    tensors.append(value)  # stays in its (immutable) tuple as a placeholder
+                if len(item) != 2 and (
+                    len(item) != 3
+                    or type(item[2]) is not int
+                    or not INT64_MIN <= item[2] <= INT64_MAX
                 ):
                     break
             else:
                 if items:
-                    self._pipeline.put((time.time(), self._step, items, False), len(items))
+                    flag = capture(tensors, partial(_tensor_names, items)) if tensors else False
+                    self._pipeline.put((time.time(), self._step, items, flag), len(items))
                 return
         except (TypeError, IndexError, KeyError):
             pass
-        checked = self._check_slowly(items)
+        checked, flag = self._check_slowly(items)
         if checked:
-            self._pipeline.put((time.time(), self._step, checked, True), len(checked))
+            self._pipeline.put((time.time(), self._step, checked, flag), len(checked))
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record a ``{name: value}`` mapping at ``step`` (default: :attr:`step`)."""
@@ -119,7 +185,7 @@ class Monitor:
         if step is None:
             self.write_events(tuple(metrics.items()))
         else:
-            self._check_step(step, "log(step=...)")
+            step = check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
     def write_side_events(self, events: Iterable[Item], writer_kinds: Iterable[str]) -> None:
@@ -132,11 +198,16 @@ class Monitor:
         kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
         try:
             for item in items:
+                value = item[1]
+                kind = type(value)
                 if (
                     len(item) != 3
                     or item[0] not in names
-                    or type(item[1]) not in NATIVE_TYPES
+                    or (
+                        kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX)
+                    )
                     or type(item[2]) is not int
+                    or not INT64_MIN <= item[2] <= INT64_MAX
                 ):
                     break
             else:
@@ -145,15 +216,75 @@ class Monitor:
                 return
         except (TypeError, IndexError, KeyError):
             pass
-        checked = self._check_slowly(items)
-        for item in checked:
-            if len(item) != 3 or item[2] is None:
+        for item in items:
+            if isinstance(item, (tuple, list)) and (len(item) != 3 or item[2] is None):
                 raise TypeError(
                     f"write_side_events: event {item!r} has no step; expected (name, value, step) "
                     f"with the step on the events' own axis"
                 )
+        checked, flag = self._check_slowly(items)
         if checked:
-            self._pipeline.put_side(time.time(), checked, kinds)
+            self._pipeline.put_side(time.time(), checked, kinds, flag)
+
+    def log_histogram(
+        self, name: str, values: Any, step: int | None = None, *, bins: int = DEFAULT_BINS
+    ) -> None:
+        """Record the distribution of a tensor or array at ``step`` (default: :attr:`step`).
+
+        The values are copied now (a tensor is cloned on its device, without a sync), so a later
+        in-place change is not seen; the background thread bins them into ``bins`` equal-width
+        buckets and writes a TensorBoard histogram, a W&B histogram and a journal record.
+        """
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_histogram({name!r})")
+        self._pipeline.put_extra(snapshot_histogram(name, values, at, time.time(), bins))
+
+    def log_text(self, name: str, text: str, step: int | None = None) -> None:
+        """Record a piece of text (a generated sample, a note) at ``step`` (TensorBoard's text
+        dashboard, a W&B table, the journal)."""
+        self._check_name(name)
+        at = self._step if step is None else self._checked_step(step, f"log_text({name!r})")
+        self._pipeline.put_extra(PendingText(Text(name, at, time.time(), check_text(name, text))))
+
+    def log_hparams(
+        self, hparams: Mapping[str, Any], metrics: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record the run's hyper-parameters, and optionally the metrics that judge them.
+
+        Nested mappings are flattened (``optimizer.lr``). They go to TensorBoard's hparams
+        dashboard, W&B's config, MLflow's params and the journal (what ``trainmon compare`` and
+        ``report`` diff between runs); ``metrics`` are also logged as scalars at :attr:`step`.
+        """
+        flat = flatten_hparams(hparams)
+        numbers = check_metrics(metrics)
+        record = Hparams(time.time(), self._step, flat, numbers)
+        self._pipeline.put_extra(PendingHparams(record))
+        if numbers:
+            self.write_events(tuple(numbers.items()))
+
+    def set_total_steps(self, total_steps: int) -> None:
+        """Tell the console how many steps the run will take (for ``step 500/2000 (25%) ·
+        elapsed 12m · ETA 36m``), e.g. ``len(loader) * epochs`` // accumulation."""
+        if isinstance(total_steps, bool) or not hasattr(total_steps, "__index__"):
+            raise TypeError(f"set_total_steps: {total_steps!r}: expected an integer >= 1")
+        total = int(total_steps.__index__())
+        if total < 1:
+            raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
+        self._pipeline.put_extra(PendingProgress(total))
+
+    def watch_layers(
+        self, model: Any, optimizer: Any, *, every: int | None = None, depth: int | None = None
+    ) -> LayerWatcher:
+        """Log ``layers/<group>/grad_norm|weight_norm|update_ratio`` every ``every`` optimizer
+        steps (default: the window), measured by hooks on ``optimizer.step``; alerts then name
+        the groups that moved most. See :mod:`trainmon.layer_stats`; ``.remove()`` unhooks."""
+        from trainmon.layer_stats import LayerWatcher
+
+        window = self.config.trainmon.window_steps or self.config.steps_per_print
+        watcher = LayerWatcher(self, model, optimizer, every or window, depth)
+        if self.alerts is not None:
+            self.alerts.explain_with_layers()
+        return watcher
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
@@ -162,8 +293,13 @@ class Monitor:
     def _enqueue(self, items: tuple[Item, ...], resolve: bool = False) -> None:
         """Queue events built by trainmon itself (already valid) at the current step.
 
-        ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`.
+        ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`. Tensors
+        given here are read later, as they are then: producers pass tensors nobody changes
+        afterwards (a fresh ``loss.detach()``, a norm just computed).
         """
+        if self._unusable is not None:
+            self._drop_unwritable(items)
+            return
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
     def emit_checked(self, items: tuple[Item, ...], resolve: bool = True) -> None:
@@ -174,9 +310,17 @@ class Monitor:
 
     # ---- checks off the fast path ----------------------------------------------------------
 
-    def _check_slowly(self, items: Sequence[Any]) -> list[Item]:
-        """Full check with messages that name the metric; drops ``None`` values with a notice."""
+    def _check_slowly(self, items: Sequence[Any]) -> tuple[list[Item], bool | Snapshot]:
+        """Full check with messages that name the metric; drops ``None`` values with a notice.
+
+        Returns new tuples (nothing of the caller's is kept but immutable numbers, names and
+        :class:`Deferred` values) and the entry's flag: the :class:`Snapshot` of the call's
+        tensors, True when :class:`Deferred` values need resolving, else False.
+        """
         kept: list[Item] = []
+        tensors: list[Any] = []
+        tensor_names: list[str] = []
+        deferred = False
         for item in items:
             if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
                 raise TypeError(
@@ -184,16 +328,42 @@ class Monitor:
                     f"tuple, got {item!r}"
                 )
             name = item[0]
-            self._check_name(name)
-            if len(item) == 3 and item[2] is not None:
-                self._check_step(item[2], f"metric {name!r}")
-            if not check_value(name, item[1]):
-                if name not in self._warned_none:
-                    self._warned_none.add(name)
-                    _log.info("metric %r has no value yet (None); skipped until it has one", name)
-                continue
-            kept.append(item)
-        return kept
+            value = item[1]
+            step = item[2] if len(item) == 3 else None
+            if type(name) is not str or name not in self._names:
+                self._check_name(name)
+            if step is not None and (type(step) is not int or not INT64_MIN <= step <= INT64_MAX):
+                step = check_step(step, f"metric {name!r}")
+                if is_tensor(step):
+                    tensors.append(step)
+                    tensor_names.append(name)
+                    step = CAPTURED
+            kind = type(value)
+            if kind is float or (kind is int and _INT_MIN <= value <= _INT_MAX):
+                pass
+            elif is_tensor(value):  # checked by capture(), on the stacked copy when it can
+                tensors.append(value)
+                tensor_names.append(name)
+                value = CAPTURED
+            else:
+                if not check_value(name, value):
+                    if name not in self._warned_none:
+                        self._warned_none.add(name)
+                        _log.info(
+                            "metric %r has no value yet (None); skipped until it has one", name
+                        )
+                    if step is CAPTURED:
+                        tensors.pop()
+                        tensor_names.pop()
+                    continue
+                if isinstance(value, Deferred):
+                    deferred = True
+                else:
+                    value = plain_number(value)
+            kept.append((name, value) if step is None else (name, value, step))
+        if tensors:
+            return kept, capture(tensors, tensor_names)
+        return kept, deferred
 
     def _check_name(self, name: Any) -> None:
         if type(name) is not str:
@@ -206,9 +376,11 @@ class Monitor:
             self._names.add(name)
 
     @staticmethod
-    def _check_step(step: Any, where: str) -> None:
-        if isinstance(step, bool) or not hasattr(step, "__index__"):
-            raise TypeError(f"{where}: step {step!r} is not an integer")
+    def _checked_step(step: Any, where: str) -> int:
+        """A step for a histogram or text record: a plain int (a device tensor is read here,
+        as these records are rare)."""
+        checked = check_step(step, where)
+        return checked if isinstance(checked, int) else int(checked)
 
     # ---- callbacks and stopping ------------------------------------------------------------
 
@@ -288,7 +460,7 @@ class Monitor:
 
         def capture() -> None:  # on the pipeline thread: the rules and writers are its own
             captured["alerts"] = self.alerts.state_dict() if self.alerts is not None else {}
-            captured["writers"] = _writer_identities(self.writers)
+            captured["writers"] = writer_identities(self.writers)
 
         if not self._pipeline.flush(then=capture):
             capture()  # closed: nothing runs in the background any more
@@ -320,7 +492,7 @@ class Monitor:
         if not isinstance(state, Mapping) or state.get("format") != MONITOR_STATE_FORMAT:
             raise ValueError(
                 f"Monitor.load_state_dict: expected the mapping Monitor.state_dict() returned "
-                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {_short(state)}"
+                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {f'{state!r:.80}'}"
             )
         version = state.get("version")
         if type(version) is not int or not 1 <= version <= MONITOR_STATE_VERSION:
@@ -336,7 +508,7 @@ class Monitor:
         if not isinstance(alerts, Mapping) or not isinstance(writers, Mapping):
             raise ValueError(
                 "Monitor.load_state_dict: 'alerts' and 'writers' must be mappings, got "
-                f"{_short(alerts)} and {_short(writers)}"
+                f"{alerts!r:.80} and {writers!r:.80}"
             )
         if self._closed:
             raise ValueError(f"Monitor.load_state_dict: {self!r} is closed")
@@ -345,18 +517,10 @@ class Monitor:
         def restore() -> None:  # on the pipeline thread, after everything queued before
             if self.alerts is not None:
                 self.alerts.load_state_dict(alerts, resume_step)
-            for key, writer in _keyed(self.writers):
-                identity = writers.get(key)
-                try:
-                    writer.resume(resume_step, identity if isinstance(identity, Mapping) else None)
-                except Exception:
-                    _log.warning(
-                        "%s writer (%s) could not resume at step %d; it carries on as a new run",
-                        writer.kind,
-                        writer.location,
-                        resume_step,
-                        exc_info=True,
-                    )
+            saved = [writers.get(key) for key, _ in keyed_writers(self.writers)]
+            self._pipeline.writers.resume(
+                resume_step, [i if isinstance(i, Mapping) else None for i in saved]
+            )
 
         self._step = step
         if not self._pipeline.flush(then=restore):
@@ -376,22 +540,77 @@ class Monitor:
 
     @property
     def dropped_events(self) -> int:
-        """Events dropped on a full queue (also the ``trainmon/dropped_events`` metric)."""
-        return self._pipeline.dropped
+        """Values lost on the way, all counted: dropped on a full queue, missed by a writer that
+        could not keep up, given up by a writer on a full disk (``trainmon/dropped_events``),
+        and events logged after :meth:`close` or in a forked child (which nothing writes)."""
+        return self._pipeline.dropped_total + self._unwritable
+
+    @property
+    def undelivered(self) -> dict[str, int]:
+        """Where values were lost so far, and how many: ``"queue (full)"`` and one entry per
+        writer that missed, gave up or (after close) still held values; empty when none were."""
+        return self._pipeline.undelivered()
+
+    def _drop_unwritable(self, events: Iterable[Any]) -> None:
+        """Count (and, once per reason, say) that events came when nothing can write them."""
+        count = len(events) if isinstance(events, Sized) else sum(1 for _ in events)
+        self._unwritable += count
+        reason = self._unusable
+        if reason is None or reason in self._warned_unusable:
+            return
+        self._warned_unusable.add(reason)
+        if reason == "closed":
+            why = "it is closed: events logged after close() are not written"
+        else:
+            why = (
+                f"this process ({os.getpid()}) is a fork of the one that created it "
+                f"({self._pid}), where its background writer runs: events logged here are not "
+                f"written; create a Monitor in the child instead"
+            )
+        _log.warning(
+            "%r: %s (%d dropped so far, counted in Monitor.dropped_events; "
+            "this warning is shown once)",
+            self,
+            why,
+            self._unwritable,
+        )
+
+    def _forked(self) -> None:
+        """In a forked child: the pipeline's thread did not survive the fork."""
+        if self._unusable is None:
+            self._unusable = "forked"
 
     def flush(self, timeout: float | None = None) -> bool:
         """Return once every earlier event is written and flushed by every writer."""
         return self._pipeline.flush(timeout)
 
     def close(self) -> None:
-        """Write out everything and close the writers; safe to call more than once."""
+        """Write out everything and close the writers and alert sinks, within
+        ``trainmon.close_timeout_s`` in all; one warning lists what was not delivered.
+        Safe to call more than once."""
         if self._closed:
             return
         self._closed = True
-        self._pipeline.close()
+        if self._unusable is None:
+            self._unusable = "closed"
+        deadline = time.monotonic() + self.config.trainmon.close_timeout_s
+        lost = self._pipeline.close(deadline)
+        if self._reducer is not None:
+            # after the final gather: a gloo group left to interpreter exit could abort it
+            self._reducer.close()
         if self.alerts is not None:
-            self.alerts.close()
+            lost.update(self.alerts.close(max(0.0, deadline - time.monotonic())))
         _live.discard(self)
+        if lost:
+            _log.warning(
+                "closed %r with data not delivered (within trainmon.close_timeout_s = %g s): %s",
+                self,
+                self.config.trainmon.close_timeout_s,
+                "; ".join(
+                    f"{where}: {count} {'alerts' if where.startswith('alert sink') else 'values'}"
+                    for where, count in lost.items()
+                ),
+            )
 
     def __enter__(self) -> Monitor:
         return self
@@ -409,38 +628,9 @@ class Monitor:
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
 
 
-MONITOR_STATE_FORMAT = "trainmon.monitor_state"
-MONITOR_STATE_VERSION = 1
-"""Version of :meth:`Monitor.state_dict`'s mapping; later versions only add keys."""
-
-
-def _keyed(writers: Sequence[Writer]) -> list[tuple[str, Writer]]:
-    """Each writer with its key in a saved state: its kind, ``kind-2`` for a second one..."""
-    seen: dict[str, int] = {}
-    keyed = []
-    for writer in writers:
-        seen[writer.kind] = seen.get(writer.kind, 0) + 1
-        count = seen[writer.kind]
-        keyed.append((writer.kind if count == 1 else f"{writer.kind}-{count}", writer))
-    return keyed
-
-
-def _writer_identities(writers: Sequence[Writer]) -> dict[str, Any]:
-    identities: dict[str, Any] = {}
-    for key, writer in _keyed(writers):
-        try:
-            identity = writer.identity()
-        except Exception:
-            _log.warning("%s writer: could not read its run identity", writer.kind, exc_info=True)
-            continue
-        if identity is not None:
-            identities[key] = dict(identity)
-    return identities
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _tensor_names(items: Sequence[Item]) -> list[str]:
+    """The names of the tensor values of fast-path items, in order (for error messages)."""
+    return [item[0] for item in items if is_tensor(item[1])]
 
 
 def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:
@@ -486,6 +676,11 @@ def close_all() -> None:
             _log.warning("closing %r failed", monitor, exc_info=True)
 
 
+def _after_fork_in_child() -> None:
+    for monitor in list(_live):
+        monitor._forked()
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     close_all()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -499,6 +694,8 @@ def _register(monitor: Monitor) -> None:
         return
     _hooks_installed = True
     atexit.register(close_all)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
     # Only take SIGTERM when nobody else has: a user's or a framework's handler wins.
     if threading.current_thread() is threading.main_thread():
         try:

@@ -2,13 +2,17 @@
 
 The training thread appends ``(wall_time, default_step, items, needs_resolving)`` entries to a
 deque (thread-safe, no lock). The background thread wakes every few milliseconds, drains the
-deque, resolves numpy and tensor values in batches, groups values by step into
+deque, reads the tensor copies captured at the call (a :class:`~trainmon.values.Snapshot` per
+call) and resolves trainmon's own deferred and tensor values in batches, groups values by step into
 :class:`~trainmon.events.StepScalars`, and hands them to the writers; it flushes the writers
 at least every ``flush_interval_s``.
 
 The queue is bounded in events: producers add to ``_enqueued`` and the consumer to
 ``_consumed``, so each counter has a single writer and no lock is needed (with several
 producing threads the bound is approximate by a few calls).
+
+From this thread each writer is reached through its own lane (:mod:`trainmon.writers.lanes`),
+so a slow or hung writer never holds up this thread, the other writers or the caller.
 """
 
 from __future__ import annotations
@@ -24,13 +28,25 @@ from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.values import Deferred, is_tensor, plain_number, resolve_tensors
-from trainmon.writers.base import WriterGroup
+from trainmon.records import Pending
+from trainmon.values import (
+    CAPTURED,
+    Deferred,
+    Snapshot,
+    is_tensor,
+    plain_number,
+    resolve_tensors,
+)
+from trainmon.writers.base import Writer, WriterGroup
+from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
 _log = get_logger("pipeline")
 
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
-Entry = tuple[Any, Any, Sequence[Item], bool]
+#: (wall time, default step, items, flag): the flag is False for plain numbers, True when values
+#: need resolving, or the call's :class:`~trainmon.values.Snapshot` (items then hold
+#: :data:`~trainmon.values.CAPTURED` where a captured tensor's value or step goes).
+Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
@@ -54,28 +70,27 @@ class Observer:
         """The pipeline is closing: release resources."""
 
 
-class _FlushDone(threading.Event):
-    """A flush request's acknowledgement; runs the flush's ``then`` on the background thread
-    just before it is set (the consumer calls ``set()`` once the flush point is reached)."""
+DROPPED_METRIC = "trainmon/dropped_events"
+WRITER_ERRORS_METRIC = "trainmon/writer_errors"
+_CHUNK_ENTRIES = 2048
+
+
+class _FlushRequest:
+    """Travels through the queue; the background thread runs its ``then`` at the flush point
+    (an exception it raises is kept for the caller) and hands it the barrier to wait on."""
 
     def __init__(self, then: Callable[[], None] | None) -> None:
-        super().__init__()
+        self.reached = threading.Event()
+        self.barrier: FlushBarrier | None = None
         self.then = then
         self.error: BaseException | None = None
 
-    def set(self) -> None:
+    def run_then(self) -> None:
         if self.then is not None:
             try:
                 self.then()
             except BaseException as exc:  # handed to the thread that asked for the flush
                 self.error = exc
-        super().set()
-
-
-DROPPED_METRIC = "trainmon/dropped_events"
-WRITER_ERRORS_METRIC = "trainmon/writer_errors"
-_CHUNK_ENTRIES = 2048
-_CLOSE_TIMEOUT_S = 60.0
 
 
 class Pipeline:
@@ -83,13 +98,18 @@ class Pipeline:
 
     def __init__(
         self,
-        writers: WriterGroup,
+        writers: WriterGroup | Sequence[Writer],
         config: PipelineConfig | None = None,
         aggregator: WindowAggregator | None = None,
         reducer: WindowReducer | None = None,
     ) -> None:
         self.config = config or PipelineConfig()
-        self.writers = writers
+        self.writers = WriterLanes(
+            writers.writers if isinstance(writers, WriterGroup) else writers,
+            capacity=self.config.queue_size,
+            when_full=self.config.when_full,
+            full_wait_s=self.config.full_wait_s,
+        )
         self.reducer = reducer
         self._observers: list[Observer] = []
         self.aggregator = aggregator or WindowAggregator(
@@ -142,52 +162,79 @@ class Pipeline:
             )
         return False
 
-    def put_side(self, wall_time: float, items: Sequence[Item], kinds: frozenset[str]) -> None:
+    def put_side(
+        self, wall_time: float, items: Sequence[Item], kinds: frozenset[str], flag: Any = True
+    ) -> None:
         """Queue ``(name, value, step)`` events on their own x axis (DeepSpeed's samples).
 
         They go only to the ``every: "step"`` writers whose ``kind`` is in ``kinds``, and never
         into windows, cross-rank statistics or observers (alert rules): their steps are not
         the training steps, and only one rank logs them.
         """
-        self.put((wall_time, None, items, kinds), len(items))  # type: ignore[arg-type]
+        self.put((wall_time, None, items, (kinds, flag)), len(items))  # type: ignore[arg-type]
 
     def flush(
         self, timeout: float | None = None, *, then: Callable[[], None] | None = None
     ) -> bool:
         """Block until every event queued before this call is written and flushed.
 
-        ``then`` runs on the background thread right after that point, before this returns
-        (so it may touch the writers, the aggregator and the observers without a lock); an
-        exception it raises is re-raised here. False when the pipeline is closed or the
-        timeout passed (``then`` may still run later in that case).
+        ``then`` runs on the background thread right at that point in the stream, before the
+        writers flush (so it may touch the aggregator and the observers without a lock, and
+        queue work for the writers' lanes); an exception it raises is re-raised here. False
+        on timeout, when the pipeline is closed, or when a writer stuck in a call (or
+        detached) could not flush (``then`` may still run later in that case).
         """
         if self._closed or not self._thread.is_alive():
             return False
-        done = _FlushDone(then)
-        self._queue.append((None, done, (), False))
+        request = _FlushRequest(then)
+        self._queue.append((None, request, (), False))
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not done.wait(0.05):
+        while not request.reached.wait(0.05):
             if not self._thread.is_alive():
                 return False
             if deadline is not None and time.monotonic() > deadline:
                 return False
-        if done.error is not None:
-            raise done.error
-        return True
+        if request.error is not None:
+            raise request.error
+        assert request.barrier is not None
+        return request.barrier.wait(deadline, self.config.full_wait_s)
 
-    def close(self) -> None:
-        """Write and flush everything queued, close the writers, stop the thread. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stopping = True
-        self._wakeup.set()
+    def close(self, deadline: float | None = None) -> dict[str, int]:
+        """Write and flush everything queued, close the writers, stop the threads, waiting at
+        most until ``deadline`` (``time.monotonic()``; default ``close_timeout_s`` from now).
+        Returns what was not delivered: ``{"queue": n}`` for events dropped on a full queue and
+        ``{writer: n}`` for values a writer missed or had not written by then. Idempotent."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.close_timeout_s
+        if not self._closed:
+            self._closed = True
+            self._stopping = True
+            self._wakeup.set()
         if threading.current_thread() is self._thread:
-            return
-        self._thread.join(_CLOSE_TIMEOUT_S)
+            return {}
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            _log.warning("background writer did not finish within %.0f s", _CLOSE_TIMEOUT_S)
+            self.writers.close()  # the background thread is stuck: close the lanes anyway
+        self.writers.join(deadline)
+        return self.undelivered()
+
+    def undelivered(self) -> dict[str, int]:
+        """What has not reached each writer: ``{"queue (full)": n}`` for events dropped on a
+        full queue, ``{"queue (not processed in time)": n}`` once the background thread is
+        stuck at close, and ``{writer: n}`` for values a writer missed, gave up or still holds."""
+        lost: dict[str, int] = {}
+        if self.dropped:
+            lost["queue (full)"] = self.dropped
+        if self._closed and self._thread.is_alive() and self.pending:
+            lost["queue (not processed in time)"] = self.pending
+        lost.update(self.writers.undelivered())
+        return lost
+
+    @property
+    def dropped_total(self) -> int:
+        """Events dropped on a full queue plus values the writers missed or gave up."""
+        return self.dropped + self.writers.dropped_events
 
     def add_observer(self, observer: Observer) -> None:
         """Watch the stream from now on (safe from any thread: the list is replaced, not edited)."""
@@ -215,7 +262,9 @@ class Pipeline:
             if stopping and not self._queue:
                 break
         self._close_window(final=True)
-        self.writers.flush()  # so errors of this last flush are counted before closing
+        final = self.writers.barrier()
+        self.writers.flush(final)  # so errors of this last flush are counted before closing
+        final.wait(time.monotonic() + self.config.close_timeout_s, self.config.full_wait_s)
         self._emit_counters()
         for observer in self._observers:
             try:
@@ -226,19 +275,29 @@ class Pipeline:
 
     def _drain(self) -> None:
         queue = self._queue
-        while queue:
+        worked = bool(queue)  # counters follow real work: a writer failing on the counter
+        while queue:  # record itself must not make a record every poll
             batch: list[Entry] = []
             count = 0
             while queue and len(batch) < _CHUNK_ENTRIES:
                 entry = queue.popleft()
+                if entry[0] is None and isinstance(entry[1], Pending):  # histogram/text/hparams
+                    self._emit(batch)
+                    self._consumed += count + 1
+                    batch, count = [], 0
+                    self._write_extra(entry[1])
+                    continue
                 if entry[0] is None:  # a flush request: write what came before it, then ack
                     self._emit(batch)
                     self._consumed += count
                     batch, count = [], 0
                     self._emit_counters()
                     self._close_window(final=False)
-                    self.writers.flush()
-                    entry[1].set()
+                    request: _FlushRequest = entry[1]
+                    request.run_then()
+                    request.barrier = self.writers.barrier()
+                    self.writers.flush(request.barrier)
+                    request.reached.set()
                     continue
                 if entry[1] is None:  # side events: written as they are, outside the windows
                     self._emit(batch)
@@ -251,8 +310,23 @@ class Pipeline:
                 count += len(entry[2])
             self._emit(batch)
             self._consumed += count
-        self._emit_counters()
+        if worked:
+            self._emit_counters()
         self._close_window(final=False)
+
+    def put_extra(self, pending: Pending) -> None:
+        """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
+        self.put((None, pending, (), False), 1)
+
+    def _write_extra(self, pending: Pending) -> None:
+        """Build the record (bin a histogram, ...) and hand it to the writers."""
+        try:
+            record = pending.build()
+        except Exception:
+            self._count_internal_error(f"could not build {type(pending).__name__}")
+            return
+        if record is not None:
+            self.writers.write_extras([record])
 
     def _close_window(self, final: bool) -> None:
         """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
@@ -320,13 +394,14 @@ class Pipeline:
             self._observe("on_records", records)
 
     def _emit_side(self, entry: Entry) -> None:
+        kinds, flag = entry[3]  # type: ignore[misc]
         try:
-            records = self._records([(entry[0], 0, entry[2], True)])
+            records = self._records([(entry[0], 0, entry[2], flag if flag is not False else True)])
         except Exception:
             self._count_internal_error("could not turn side events into records")
             return
         if records:
-            self.writers.write_kinds(records, entry[3])  # type: ignore[arg-type]
+            self.writers.write_kinds(records, kinds)
 
     def _count_internal_error(self, what: str) -> None:
         self._internal_errors += 1
@@ -335,6 +410,9 @@ class Pipeline:
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved = iter(self._resolve_tensors(batch))
+        captured = iter(
+            [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
+        )
         records: list[StepScalars] = []
         current_step: object = None
         values: dict[str, Number] = {}
@@ -357,6 +435,8 @@ class Pipeline:
                     name, value, step = item
                     if step is None:
                         step = default_step
+                    elif step is CAPTURED:  # captured before the value of the same item
+                        step = int(next(captured))
                     elif type(step) is not int:
                         step = int(step)
                 if step != current_step:
@@ -366,12 +446,14 @@ class Pipeline:
                 if special:
                     kind = type(value)
                     if kind is not float and kind is not int:
-                        if isinstance(value, Deferred):
+                        if value is CAPTURED:
+                            value = next(captured)
+                        elif isinstance(value, Deferred):
                             value = self._resolve_deferred(name, value)
                             if value is None:
                                 continue
-                        elif is_tensor(value):
-                            value = next(resolved)
+                        elif is_tensor(value):  # captured at the call, or a producer's
+                            value = next(captured if type(special) is Snapshot else resolved)
                         else:
                             value = plain_number(value)
                 values[name] = value
@@ -387,15 +469,18 @@ class Pipeline:
     @staticmethod
     def _resolve_tensors(batch: list[Entry]) -> list[Number]:
         tensors = [
-            item[1] for entry in batch if entry[3] for item in entry[2] if is_tensor(item[1])
+            item[1]
+            for entry in batch
+            if entry[3] is True
+            for item in entry[2]
+            if is_tensor(item[1])
         ]
         return resolve_tensors(tensors) if tensors else []
 
     def _emit_counters(self) -> None:
-        counters = (self.dropped, self.writers.error_count)
+        counters = (self.dropped_total, self.writers.error_count)
         if counters == self._reported_counters:
             return
         values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
         self.writers.write([StepScalars(self._last_step, time.time(), values)])
-        # taken after the write, so a writer failing on this very record does not re-trigger it
-        self._reported_counters = (self.dropped, self.writers.error_count)
+        self._reported_counters = counters

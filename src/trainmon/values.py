@@ -1,16 +1,20 @@
-"""What counts as a metric value: checked cheaply by the caller, resolved in the background.
+"""What counts as a metric value: checked and captured by the caller, read in the background.
 
-Plain ``float``/``int``/``bool`` are taken as they are. numpy scalars and single-element torch
-tensors (on any device) are accepted on the calling thread without touching their data; the
-background thread turns them into Python numbers, tensors in one batched copy per device.
+Plain ``float``/``int``/``bool`` are taken as they are; numpy scalars become Python numbers at
+the call (no device involved). Single-element torch tensors (on any device) are *captured* at
+the call without reading them: :func:`capture` stacks a call's tensors into one copy per dtype
+(a device-side copy on an accelerator, ordered on its stream, with an event recorded after it),
+so a later in-place change (``acc.zero_()``, ``tr_loss -= tr_loss``) does not change what was
+logged, and the background thread waits for the event and reads the copy.
 """
 
 from __future__ import annotations
 
 import abc
 import math
+import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainmon.events import Number
@@ -53,21 +57,26 @@ def is_tensor(value: Any) -> bool:
     return isinstance(value, _tensor_type)
 
 
+#: Integers at or beyond this magnitude have no float (``float(10**400)`` overflows).
+FLOAT_INT_LIMIT = 2**1024 - 2**970
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
 def check_value(name: str, value: Any) -> bool:
     """Accept (True), skip a ``None`` (False), or raise naming the metric and what was expected."""
     if value is None:
         return False
     kind = type(value)
+    if kind is int and not -FLOAT_INT_LIMIT < value < FLOAT_INT_LIMIT:
+        raise ValueError(
+            f"metric {name!r}: integer {_short(value)} is too large for a float; expected a "
+            f"magnitude below 1.8e308 (log it as a float or a logarithm)"
+        )
     if kind in PLAIN_TYPES or isinstance(value, Deferred):
         return True
     if is_tensor(value):
-        if value.numel() != 1:
-            raise ValueError(
-                f"metric {name!r}: tensor of shape {tuple(value.shape)} has {value.numel()} "
-                f"elements; expected a single-element tensor (log a reduction such as .mean())"
-            )
-        if value.is_complex():
-            raise TypeError(f"metric {name!r}: complex tensor; expected {_EXPECTED}")
+        check_tensor(name, value)
         return True
     dtype = getattr(value, "dtype", None)
     if kind.__module__ == "numpy" and dtype is not None:
@@ -85,6 +94,97 @@ def check_value(name: str, value: Any) -> bool:
         f"metric {name!r}: value {value!r} of type {kind.__name__} is not a real number; "
         f"expected {_EXPECTED}"
     )
+
+
+def check_tensor(name: str, value: Any) -> None:
+    """Raise unless ``value`` is one real number held in readable memory (metadata only)."""
+    if value.numel() != 1:
+        raise ValueError(
+            f"metric {name!r}: tensor of shape {tuple(value.shape)} has {value.numel()} "
+            f"elements; expected a single-element tensor (log a reduction such as .mean())"
+        )
+    if value.is_complex():
+        raise TypeError(f"metric {name!r}: complex tensor; expected {_EXPECTED}")
+    if value.is_meta:
+        raise ValueError(f"metric {name!r}: meta tensor (no data); expected {_EXPECTED}")
+    if value.is_quantized:
+        raise TypeError(
+            f"metric {name!r}: quantized tensor of dtype {value.dtype}; log .dequantize()"
+        )
+    layout = str(value.layout)
+    if layout != "torch.strided":
+        raise TypeError(
+            f"metric {name!r}: tensor with layout {layout}; expected a dense tensor "
+            f"(log .to_dense())"
+        )
+    if value.dtype not in _real_dtypes():
+        raise TypeError(f"metric {name!r}: tensor of dtype {value.dtype}; expected {_EXPECTED}")
+
+
+def _short(number: int) -> str:
+    """An integer for a message: its digits, or its magnitude when it is huge."""
+    text = str(number) if number.bit_length() < 200 else f"of {len(str(abs(number)))} digits"
+    return text
+
+
+def check_step(step: Any, where: str) -> Any:
+    """The step as a Python int in int64's range, or an integer tensor to capture; raise
+    otherwise, naming ``where`` (``"metric 'train/loss'"``). Reads no device memory."""
+    if isinstance(step, bool) or not hasattr(step, "__index__"):
+        raise TypeError(f"{where}: step {step!r} is not an integer")
+    if is_tensor(step):
+        if step.numel() != 1 or step.is_meta or str(step.layout) != "torch.strided":
+            raise TypeError(
+                f"{where}: step {_describe(step)} is not one integer; expected an int or a "
+                f"single-element integer tensor"
+            )
+        if step.dtype not in _int_dtypes():
+            raise TypeError(
+                f"{where}: step {_describe(step)} has dtype {step.dtype}; expected an integer"
+            )
+        if step.device.type != "cpu":
+            return step  # read with the values, in the background: no sync here
+    try:
+        number = operator.index(step)
+    except Exception as exc:  # numpy arrays of several elements, float tensors, ...
+        raise TypeError(f"{where}: step {_describe(step)} is not one integer ({exc})") from None
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise ValueError(
+            f"{where}: step {_short(number)} is outside the 64-bit range that TensorBoard and "
+            f"the journal store; expected -2**63 <= step < 2**63"
+        )
+    return number
+
+
+def _describe(value: Any) -> str:
+    """A short, data-free description of a value for a message (tensors are not printed)."""
+    if is_tensor(value):
+        return f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device})"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_REAL: frozenset[Any] | None = None
+_INTS: frozenset[Any] | None = None
+
+
+def _real_dtypes() -> frozenset[Any]:
+    """torch dtypes whose elements read back as Python bools, ints or floats."""
+    global _REAL, _INTS
+    if _REAL is None:
+        import torch
+
+        names = ("float16", "bfloat16", "float32", "float64", "bool")
+        ints = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32")
+        _INTS = frozenset(getattr(torch, n) for n in ints if hasattr(torch, n))
+        _REAL = frozenset(getattr(torch, n) for n in names) | _INTS
+    return _REAL
+
+
+def _int_dtypes() -> frozenset[Any]:
+    _real_dtypes()
+    assert _INTS is not None
+    return _INTS
 
 
 def plain_number(value: Any) -> Number:
@@ -128,3 +228,149 @@ def resolve_tensors(tensors: Sequence[Any]) -> list[Number]:
             for i, number in zip(indices, numbers, strict=True):
                 out[i] = int(number) if isinstance(number, bool) else number
     return out
+
+
+# ---- capture at the call ---------------------------------------------------------------------
+
+
+class _Captured:
+    """Stands, in a queued item, for a tensor value or step held by the call's :class:`Snapshot`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<captured tensor>"
+
+
+#: The placeholder that replaces a captured tensor in a queued item.
+CAPTURED = _Captured()
+
+
+class Snapshot:
+    """Copies of one call's tensors, taken at the call; read on the background thread.
+
+    :meth:`numbers` returns the values in capture order. On an accelerator it first waits for
+    the event recorded after the copy (on the background thread, never the caller's).
+    """
+
+    __slots__ = ("_count", "_parts")
+
+    def __init__(self, count: int, parts: list[tuple[Sequence[int], Any, Any]]) -> None:
+        self._count = count
+        self._parts = parts  # (capture positions, stacked copy, event or None)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return True  # an entry's flag: "needs resolving"
+
+    def numbers(self) -> list[Number]:
+        """The captured values as Python numbers (NaN, reported, where a copy cannot be read)."""
+        out: list[Number] = [math.nan] * self._count
+        for positions, copy, event in self._parts:
+            try:
+                if event is not None:
+                    event.synchronize()
+                values = copy.reshape(-1).tolist()
+            except Exception:
+                _log.warning(
+                    "could not read %d captured tensor value(s); logged as NaN",
+                    len(positions),
+                    exc_info=True,
+                )
+                continue
+            for i, number in zip(positions, values, strict=True):
+                out[i] = int(number) if isinstance(number, bool) else number
+        return out
+
+
+def capture(tensors: Sequence[Any], names: Sequence[str] | Callable[[], Sequence[str]]) -> Snapshot:
+    """Copy single-element tensors now, without reading them on this thread.
+
+    One ``torch.stack`` per dtype (usually one for the whole call) on the tensors' own device:
+    on an accelerator that is one kernel queued on the current stream, ordered after whatever
+    produced the values and before any later in-place change, plus an event the background
+    thread waits on. Nothing here synchronises with the device. ``names[i]`` (or ``names()[i]``,
+    only called when a tensor is refused) names the metric of ``tensors[i]`` in errors; a
+    tensor refused here raises, as :func:`check_tensor` does.
+    """
+    torch = sys.modules["torch"]
+    set_grad = getattr(torch._C, "_set_grad_enabled", torch.set_grad_enabled)
+    grad = torch.is_grad_enabled()
+    if grad:
+        set_grad(False)  # the copy must not join (and keep alive) the caller's autograd graph
+    try:
+        parts = _stack_all(torch, tensors)
+        if parts is None:
+            parts = _stack_groups(torch, tensors, names() if callable(names) else names)
+    finally:
+        if grad:
+            set_grad(True)
+    return Snapshot(len(tensors), [(pos, copy, _event_after(torch, copy)) for pos, copy in parts])
+
+
+def _stack_all(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
+    """The common case: one dtype (so no type promotion) and one shape for every tensor."""
+    dtype = tensors[0].dtype
+    for tensor in tensors:
+        if tensor.dtype is not dtype:
+            return _stack_by_kind(torch, tensors)
+    copy = _checked_copy(torch, tensors)
+    if copy is None:  # shapes or devices differ, or a tensor is refused
+        return _stack_by_kind(torch, tensors) if len(tensors) > 1 else None
+    return [(range(len(tensors)), copy)]
+
+
+def _stack_by_kind(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
+    """Mixed dtypes or shapes: one copy per (dtype, number of dimensions), each checked as a
+    whole (single-element tensors with as many dimensions have the same shape)."""
+    groups: dict[tuple[Any, int], list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        groups.setdefault((tensor.dtype, tensor.dim()), []).append(index)
+    parts: list[tuple[Sequence[int], Any]] = []
+    for positions in groups.values():
+        copy = _checked_copy(torch, [tensors[i] for i in positions])
+        if copy is None:
+            return None
+        parts.append((positions, copy))
+    return parts
+
+
+def _checked_copy(torch: Any, tensors: Sequence[Any]) -> Any:
+    """One copy of same-dtype tensors, or None when any of them needs the one-by-one check
+    (devices or shapes differ, or a tensor is not one real number in dense, readable memory):
+    the copy's metadata proves it for all of them at once."""
+    if tensors[0].dtype not in _real_dtypes():
+        return None
+    try:
+        copy = torch.stack(tensors) if len(tensors) > 1 else tensors[0].clone()
+    except Exception:
+        return None
+    if copy.numel() != len(tensors) or copy.layout is not torch.strided or copy.is_meta:
+        return None
+    return copy
+
+
+def _stack_groups(
+    torch: Any, tensors: Sequence[Any], names: Sequence[str]
+) -> list[tuple[Sequence[int], Any]]:
+    """Check each tensor (raising with its metric's name), then one copy per group."""
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
+    for index, (name, tensor) in enumerate(zip(names, tensors, strict=True)):
+        check_tensor(name, tensor)
+        groups.setdefault((tensor.device, tensor.dtype, tensor.shape), []).append(index)
+    parts: list[tuple[Sequence[int], Any]] = []
+    for positions in groups.values():
+        members = [tensors[i] for i in positions]
+        parts.append((positions, torch.stack(members) if len(members) > 1 else members[0].clone()))
+    return parts
+
+
+def _event_after(torch: Any, copy: Any) -> Any:
+    """An event recorded on the copy's stream (None on the CPU, where the copy is done)."""
+    if not copy.is_cuda:
+        return None
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(copy.device))
+    return event

@@ -629,3 +629,64 @@ def test_bad_sink_configs_fail_at_build_time(sinks: Any, message: str) -> None:
     for a typo, the closest valid name."""
     with pytest.raises(ConfigError, match=message):
         build_dispatcher(sinks, run_dir=None, job="j")
+
+
+def test_sink_that_never_answers_with_a_full_queue_is_reported_once_and_counted(
+    trainmon_logs: list[logging.LogRecord],
+) -> None:
+    """A sink whose server accepts and never answers, once its queue is full, loses further
+    alerts with one warning naming it; each lost alert is counted, and after close every alert
+    it did not deliver (dropped or still held) is reported by undelivered()."""
+    with silent_listener() as port:
+        d = AlertDispatcher(
+            build_sinks(
+                [{"type": "webhook", "url": f"http://127.0.0.1:{port}/", "timeout_s": 30}],
+                run_dir=None,
+                job="llm-run",
+                rank=0,
+            ),
+            max_pending=2,
+            **FAST,
+        )
+        for i in range(6):
+            d.submit(make_alert(f"rule-{i}"))
+        assert d.failures == {"webhook[0]": 4}
+        warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert "webhook[0]" in warnings[0] and "not delivering" in warnings[0]
+        assert "rule-2" in warnings[0]
+        start = time.monotonic()
+        d.close(timeout=0.3)
+        assert time.monotonic() - start < 1.0
+        assert d.undelivered() == {"webhook[0]": 6}
+
+
+def test_monitor_close_keeps_its_budget_with_a_hung_alert_sink(
+    tmp_path: Path, trainmon_logs: list[logging.LogRecord]
+) -> None:
+    """With an alert sink that never answers, Monitor.close() returns within
+    trainmon.close_timeout_s and one warning says which sink did not deliver how many alerts."""
+    from trainmon import Monitor
+
+    with silent_listener() as port:
+        monitor = Monitor(
+            {
+                "console": {"enabled": False},
+                "trainmon": {"close_timeout_s": 1.0},
+                "alerts": {
+                    "rules": [{"name": "loss-high", "metric": "loss", "op": ">", "threshold": 1}],
+                    "sinks": [
+                        {"type": "webhook", "url": f"http://127.0.0.1:{port}/", "timeout_s": 30}
+                    ],
+                },
+            }
+        )
+        for step in range(20):
+            monitor.log({"loss": 5.0}, step=step)
+        start = time.monotonic()
+        monitor.close()
+        took = time.monotonic() - start
+    assert took < 1.5  # before: 10 s
+    summary = [r.getMessage() for r in trainmon_logs if "not delivered" in r.getMessage()]
+    assert len(summary) == 1, summary
+    assert "alert sink webhook[0]: 1 alerts" in summary[0]

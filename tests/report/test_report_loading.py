@@ -44,7 +44,7 @@ def test_journal_reads_back_every_value_nan_included(tmp_path: Path) -> None:
     loss = run.series["train/loss"]
     assert loss.steps == list(range(1, 31))
     assert math.isnan(loss.values[6])
-    assert loss.values[:6] == [1.0 / s for s in range(1, 7)]
+    assert list(loss.values[:6]) == [1.0 / s for s in range(1, 7)]
     assert run.series["perf/step_time_ms"].values[-1] == 40.0
     assert len(run.windows) == 3 and run.step_count == 30
 

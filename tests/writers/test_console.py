@@ -30,8 +30,9 @@ def _windows(records: list[StepScalars], steps: int = 50) -> list:  # type: igno
 
 
 def test_full_line_reads_like_the_issue() -> None:
-    """A window with every engine metric prints loss, lr, throughput, the breakdown with the
-    step time the parts leave over as "other", and memory, every number in one format."""
+    """A window with every engine metric prints progress with elapsed time and ETA, loss, lr,
+    throughput, the breakdown with the step time the parts leave over as "other", and memory,
+    every number in one format."""
     values = {
         "train/loss": 2.314,
         "train/lr": 3e-4,
@@ -48,11 +49,12 @@ def test_full_line_reads_like_the_issue() -> None:
         "eval/acc": 0.91,
     }
     stream = io.StringIO()
-    ConsoleWriter(stream, total_steps=2000).write_windows(
-        _windows([StepScalars(s, 0.0, values) for s in range(451, 501)])
+    ConsoleWriter(stream, total_steps=2000).write_windows(  # one step a second
+        _windows([StepScalars(s, float(s), values) for s in range(451, 501)])
     )
     assert stream.getvalue() == (
-        "step 500/2000 | loss 2.314 | lr 3e-04 | grad_norm 0.82 | 1930 samples/s | "
+        "step 500/2000 (25%) · elapsed 49s · ETA 25m | "
+        "loss 2.314 | lr 3e-04 | grad_norm 0.82 | 1930 samples/s | "
         "step 33.1 ms (fwd 9.8 · bwd 17.2 · opt 4.1 · comm 1.2 · data 0.3 · other 0.5) | "
         "mem 1.2 GB (peak 1.9 GB) | eval/acc 0.91\n"
     )

@@ -49,7 +49,7 @@ def test_colliding_names_get_separate_files(tmp_path: Path) -> None:
     writer = CsvWriter(tmp_path)
     writer.write([StepScalars(1, 0.0, {"a/b": 1.0, "a_b": 2.0})])
     writer.close()
-    files = sorted(p.name for p in tmp_path.iterdir())
+    files = sorted(p.name for p in tmp_path.glob("*.csv"))
     assert len(files) == 2 and "a_b.csv" in files
     values = sorted(read(tmp_path / name)[1][1] for name in files)
     assert values == ["1.0", "2.0"]
@@ -80,3 +80,25 @@ def test_open_files_are_bounded(tmp_path: Path, monkeypatch: object) -> None:
         mp.undo()
     for i in range(10):
         assert read(tmp_path / f"m_{i}.csv")[1:] == [[str(s), repr(float(i * s))] for s in range(3)]
+
+
+def test_colliding_names_keep_their_files_across_restarts(tmp_path: Path) -> None:
+    """'a/b', 'a_b' and 'a b' never share a file, even when restarted runs log them in a
+    different order: each name's rows all sit in one file whose header is its own."""
+    orders = [["a/b"], ["a_b", "a/b"], ["a b", "a_b", "a/b"], ["a/b", "a b", "a_b"]]
+    for run, names in enumerate(orders):
+        writer = CsvWriter(tmp_path)
+        for name in names:
+            writer.write([StepScalars(run, 0.0, {name: float(len(name) * 100 + run)})])
+        writer.close()
+    by_file = {p.name: read(p) for p in tmp_path.glob("*.csv")}
+    assert len(by_file) == 3
+    wanted = {
+        "a/b": [[str(r), str(300.0 + r)] for r in range(4)],
+        "a_b": [[str(r), str(300.0 + r)] for r in (1, 2, 3)],
+        "a b": [[str(r), str(300.0 + r)] for r in (2, 3)],
+    }
+    found = sorted((rows[0][1], rows[1:]) for rows in by_file.values())
+    expected = sorted((name.rsplit("/", 1)[-1], rows) for name, rows in wanted.items())
+    assert found == expected
+    assert csv_module.read_name_map(tmp_path)["a/b"] == "a_b.csv"

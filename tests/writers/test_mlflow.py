@@ -312,3 +312,29 @@ def test_a_resumed_monitor_logs_into_the_saved_mlflow_run(store: str, tmp_path: 
     assert _run(store, fresh_id).info.lifecycle_stage == "deleted"
     history = [(s, v) for s, v, _ in _history(store, saved_id, "train/loss")]
     assert history == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+
+
+def test_log_hparams_become_run_params_and_a_changed_value_keeps_the_first(
+    tmp_path: Path, store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """log_hparams: flat keys become MLflow params (as text); logging a key again with another
+    value keeps the first (MLflow params are immutable) with one warning; histograms and text
+    are ignored by this writer."""
+    monitor = trainmon.Monitor(_config(tmp_path, store, experiment="hparams"))
+    writer = _writer(monitor)
+    monitor.log_hparams({"lr": 0.001, "optimizer": {"name": "adam", "betas": [0.9, 0.99]}})
+    monitor.log_histogram("weights", [1.0, 2.0, 3.0], step=0)
+    monitor.log_text("note", "hello", step=0)
+    monitor.log_hparams({"lr": 0.5, "warmup": 10}, metrics={"eval/loss": 0.25})
+    with caplog.at_level(logging.WARNING, logger="trainmon"):
+        monitor.close()
+    params = _run(store, writer.run_id).data.params
+    assert params == {
+        "lr": "0.001",
+        "optimizer.name": "adam",
+        "optimizer.betas": "[0.9, 0.99]",
+        "warmup": "10",
+    }
+    assert [m[:2] for m in _history(store, writer.run_id, "eval/loss")] == [(0, 0.25)]
+    changed = [r for r in caplog.records if "cannot change" in r.getMessage()]
+    assert len(changed) == 1 and "'lr'" in changed[0].getMessage()

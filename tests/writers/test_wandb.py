@@ -583,3 +583,44 @@ def test_a_resumed_monitor_continues_the_saved_wandb_run_offline(
     assert resumed.run()["run_id"] == saved_id
     assert resumed.history() == [(s, {"train/loss": 100.0 + s}) for s in range(6, 11)]
     assert [s for s, _ in read_run(folders[0]).history()] == list(range(1, 9))
+
+
+# ---- histograms, text and hyper-parameters -------------------------------------------------
+
+
+@needs_wandb
+def test_histograms_text_and_hparams_reach_the_wandb_run(wandb_env: Path, tmp_path: Path) -> None:
+    """A histogram is a W&B histogram at its step (counts and edges as binned), text is a table
+    file with the step and text, hyper-parameters land in the run's config."""
+    import numpy as np
+
+    monitor = trainmon.Monitor(_config(tmp_path, dir=str(wandb_env)))
+    values = np.array([0.0, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.0])
+    monitor.log({"train/loss": 1.0}, step=1)
+    monitor.log_histogram("weights", values, step=1, bins=4)
+    values[:] = 100.0  # changed after the call: not what was logged
+    monitor.log_text("sample", "the quick brown fox", step=2)
+    monitor.log_hparams({"lr": 0.001, "optimizer": {"name": "adam"}})
+    monitor.close()
+    run = read_run(_only_run_dir(wandb_env))
+    rows = dict(run.history())
+
+    def media(step: int, name: str) -> dict[str, Any]:
+        """W&B's decoder flattens a media value into ``name.<field>`` keys."""
+        return {k[len(name) + 1 :]: v for k, v in rows[step].items() if k.startswith(name + ".")}
+
+    histogram = media(1, "weights")
+    assert histogram["_type"] == "histogram"
+    assert histogram["values"] == [1, 2, 1, 4]
+    assert histogram["bins"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert rows[1]["train/loss"] == 1.0
+    table = media(2, "sample")
+    assert table["_type"] == "table-file"
+    written = json.loads((run.directory / "files" / table["path"]).read_text())
+    assert written["columns"] == ["step", "text"]
+    assert written["data"] == [[2, "the quick brown fox"]]
+    config: dict[str, Any] = {}
+    for record in run.of_type("config"):
+        config.update(record.get("update", {}))
+    assert config["lr"] == 0.001
+    assert config["optimizer.name"] == "adam"

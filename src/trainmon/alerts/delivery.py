@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import ClassVar
 
+from trainmon import redact
 from trainmon.alerts.model import Alert
 from trainmon.logging import get_logger
 
@@ -69,6 +70,7 @@ class _Lane:
         self.sink = sink
         self.pending: deque[Alert] = deque()
         self.reported = False
+        self.reported_full = False
         self.thread: threading.Thread | None = None
 
 
@@ -115,7 +117,9 @@ class AlertDispatcher:
     # --- the caller's side -------------------------------------------------------------------
 
     def submit(self, alert: Alert) -> None:
-        """Queue ``alert`` for every sink and return at once; dropped after :meth:`close`."""
+        """Queue ``alert`` for every sink and return at once; dropped after :meth:`close`.
+        A sink whose queue is full loses it: counted in :attr:`failures`, reported once."""
+        full: list[_Lane] = []
         try:
             with self._cond:
                 if self._closing:
@@ -123,12 +127,26 @@ class AlertDispatcher:
                 for lane in self._lanes:
                     if len(lane.pending) >= self.max_pending:
                         self.failures[lane.sink.name] += 1
+                        if not lane.reported_full:
+                            lane.reported_full = True
+                            full.append(lane)
                         continue
                     lane.pending.append(alert)
                     self._outstanding += 1
                 self._cond.notify_all()
         except Exception:  # never raise into the caller (the rules engine, the watchdog)
             pass
+        for lane in full:
+            _log.warning(
+                "alert sink %s (%s %s) is not delivering and holds %d alerts: dropping alert %r "
+                "and further ones while it is full; the other sinks and training carry on "
+                "(dropped alerts are counted in AlertDispatcher.failures, not printed)",
+                lane.sink.name,
+                lane.sink.kind,
+                _scrub(lane, lane.sink.target),
+                self.max_pending,
+                alert.rule,
+            )
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued alert was delivered or given up; False on timeout."""
@@ -146,7 +164,15 @@ class AlertDispatcher:
             self._cond.notify_all()
         for lane in self._lanes:
             if lane.thread is not None:
-                lane.thread.join(max(0.0, deadline - time.monotonic()) + 0.5)
+                lane.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def undelivered(self) -> dict[str, int]:
+        """Per sink name: alerts given up, dropped, or still queued (after :meth:`close`)."""
+        with self._cond:
+            return {
+                lane.sink.name: self.failures[lane.sink.name] + len(lane.pending)
+                for lane in self._lanes
+            }
 
     @property
     def pending(self) -> int:
@@ -228,7 +254,7 @@ class AlertDispatcher:
                 "(further failures are counted in AlertDispatcher.failures, not printed)",
                 lane.sink.name,
                 lane.sink.kind,
-                lane.sink.target,
+                _scrub(lane, lane.sink.target),
                 alert.rule,
                 attempts,
                 reason,
@@ -238,7 +264,4 @@ class AlertDispatcher:
 def _scrub(lane: _Lane, exc: BaseException | str) -> str:
     """``exc`` as text, with every secret of the lane's sink replaced by ``***``."""
     text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    for secret in sorted(lane.sink.secrets(), key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    return redact.text(text, lane.sink.secrets())

@@ -31,6 +31,7 @@ the thread that raised the alert (the pipeline's thread for rules, the watchdog'
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import math
@@ -48,6 +49,7 @@ from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.config import AlertRuleConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace, writes_on_rank
 from trainmon.events import StepScalars
+from trainmon.layer_stats import LayerHistory, explained
 from trainmon.logging import get_logger
 from trainmon.pipeline import Observer
 
@@ -182,13 +184,22 @@ class AlertEngine(Observer):
                 self._by_metric.setdefault(watch.rule.metric or "", []).append(watch)
         self._growth = [w for w in self.watches if w.rule.kind == "growth"]
         self._per_step: set[str] = set()
+        self._layers: LayerHistory | None = None
         self._seen_through = -math.inf
         self._pending: deque[WindowStats] = deque()
+
+    def explain_with_layers(self) -> None:
+        """From now on, firing spike/growth/non_finite alerts name the module groups whose
+        gradient norm moved most (``layers/*/grad_norm``, see :mod:`trainmon.layer_stats`)."""
+        if self._layers is None:
+            self._layers = LayerHistory()
 
     # ---- Observer hooks (pipeline thread) ---------------------------------------------------
 
     def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
         """Judge every watched metric in these per-step records; then any window waiting."""
+        if self._layers is not None:
+            self._layers.feed(records)
         out: list[StepScalars] = []
         by_metric = self._by_metric
         per_step = self._per_step
@@ -283,9 +294,21 @@ class AlertEngine(Observer):
         alert = watch.tracker.update(verdict, value=value, step=step, when=when)
         if alert is None:
             return
+        if (
+            self._layers is not None
+            and alert.state == "firing"
+            and watch.rule.kind in _EXPLAINED_KINDS
+        ):
+            found = explained(alert.message, alert.details, self._layers)
+            if found is not None:
+                alert = dataclasses.replace(alert, message=found[0], details=found[1])
         flag = 1 if alert.state == "firing" else 0
         out.append(StepScalars(step, when, {ALERT_METRIC_PREFIX + watch.rule.name: flag}))
         self._send(alert, watch.rule)
+
+
+#: Rule kinds whose firing alerts name the layers that moved most (when layers are watched).
+_EXPLAINED_KINDS = frozenset({"spike", "growth", "non_finite"})
 
 
 class AlertSystem:
@@ -346,24 +369,37 @@ class AlertSystem:
         if self.engine is not None and state:
             self.engine.load_state_dict(state, resume_step)
 
+    def explain_with_layers(self) -> None:
+        """Let the rule engine name the layers that moved most (see
+        :meth:`AlertEngine.explain_with_layers`); nothing on ranks that do not evaluate."""
+        if self.engine is not None:
+            self.engine.explain_with_layers()
+
     @property
     def firing(self) -> list[Alert]:
         """The alerts firing now, from rules and from the stall watchdog."""
         engine = self.engine.firing if self.engine is not None else []
         return engine + (self.watchdog.firing if self.watchdog is not None else [])
 
-    def close(self, timeout: float = DISPATCH_CLOSE_TIMEOUT_S) -> None:
-        """Stop the watchdog and deliver what is queued (at most ``timeout`` s). Idempotent."""
+    def close(self, timeout: float = DISPATCH_CLOSE_TIMEOUT_S) -> dict[str, int]:
+        """Stop the watchdog and deliver what is queued, all within ``timeout`` s. Returns
+        ``{"alert sink <name>": alerts not delivered}`` for sinks that lost any. Idempotent."""
         if self._closed:
-            return
+            return {}
         self._closed = True
+        deadline = time.monotonic() + timeout
         if self.watchdog is not None:
-            self.watchdog.stop()
-        if self.dispatcher is not None:
-            try:
-                self.dispatcher.close(timeout)
-            except Exception:
-                _log.warning("closing the alert sinks failed", exc_info=True)
+            self.watchdog.stop(min(5.0, timeout))
+        if self.dispatcher is None:
+            return {}
+        try:
+            self.dispatcher.close(max(0.0, deadline - time.monotonic()))
+        except Exception:
+            _log.warning("closing the alert sinks failed", exc_info=True)
+            return {}
+        undelivered = getattr(self.dispatcher, "undelivered", None)
+        lost = undelivered() if callable(undelivered) else {}
+        return {f"alert sink {name}": count for name, count in lost.items() if count}
 
 
 def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:

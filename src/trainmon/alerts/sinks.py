@@ -47,6 +47,7 @@ from email.utils import formatdate, make_msgid
 from pathlib import Path
 from typing import Any, NoReturn
 
+from trainmon import redact
 from trainmon.alerts.delivery import AlertDispatcher, AlertSink, DeliveryError
 from trainmon.alerts.model import Alert
 from trainmon.errors import ConfigError, did_you_mean
@@ -162,18 +163,6 @@ def _http(
         raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
 
 
-def _origin(url: str, *, keep_path: bool) -> str:
-    """``url`` fit to print: no user info, query or fragment; no path unless ``keep_path``
-    (chat webhooks carry their token in the path)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    path = parts.path if keep_path else ("/…" if parts.path.strip("/") else "")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, path, "", ""))
-
-
 def _env(name: str | None, what: str) -> str | None:
     """The value of environment variable ``name`` (None when no name), read at delivery."""
     if name is None:
@@ -270,12 +259,11 @@ class WebhookSink(AlertSink):
         self.msgtype = msgtype
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
-        self.target = f"{format} {_origin(url, keep_path=format == 'json')}"
+        # any format: Slack-style URLs carry the token in the path, others in the query
+        self.target = f"{format} {redact.url(url)}"
 
     def secrets(self) -> Sequence[str]:
-        found = [self.url, urllib.parse.urlsplit(self.url).query, *self.headers.values()]
-        if self.format != "json":
-            found.append(urllib.parse.urlsplit(self.url).path)
+        found = [*redact.url_secrets(self.url), *self.headers.values()]
         if self.secret_env and os.environ.get(self.secret_env):
             found.append(os.environ[self.secret_env])
         return [s for s in found if len(s) > 3]
@@ -497,12 +485,12 @@ class PushgatewaySink(AlertSink):
         base = url.rstrip("/")
         self.push_url = base + "/metrics" + _grouping_part("job", job)
         self.push_url += _grouping_part("rank", str(rank))
-        self.target = _origin(url, keep_path=True) + f" job={job} rank={rank}"
+        self.url = url
+        self.target = redact.url(url) + f" job={job} rank={rank}"
         self._states: dict[str, tuple[str, int]] = {}
 
     def secrets(self) -> Sequence[str]:
-        password = urllib.parse.urlsplit(self.push_url).password
-        return [password] if password else []
+        return redact.url_secrets(self.url)
 
     def exposition(self) -> bytes:
         """The pushed text: HELP, TYPE and one sample per rule seen."""
@@ -546,12 +534,12 @@ class AlertmanagerSink(AlertSink):
         self.post_url = base if base.endswith("/api/v2/alerts") else base + "/api/v2/alerts"
         self.job = job
         self.timeout_s = timeout_s
-        self.target = _origin(url, keep_path=True)
+        self.url = url
+        self.target = redact.url(url)
         self._firing: dict[tuple[str, str, int], tuple[dict[str, str], float]] = {}
 
     def secrets(self) -> Sequence[str]:
-        password = urllib.parse.urlsplit(self.post_url).password
-        return [password] if password else []
+        return redact.url_secrets(self.url)
 
     def payload(self, alert: Alert) -> list[dict[str, Any]]:
         """The request body for ``alert`` (a list of one postable alert)."""
@@ -619,7 +607,7 @@ class _Entry:
 
     def fail(self, key: str, expected: str) -> NoReturn:
         value = self.raw.get(key)
-        raise ConfigError(f"{self.prefix}.{key} = {value!r}: expected {expected}")
+        raise ConfigError(f"{self.prefix}.{key} = {redact.shown(value)}: expected {expected}")
 
     def missing(self, key: str, example: str) -> NoReturn:
         raise ConfigError(
@@ -713,7 +701,8 @@ def _sink(index: int, raw: Any, *, run_dir: Path | None, job: str, rank: int) ->
     prefix = f"alerts.sinks[{index}]"
     if not isinstance(raw, Mapping):
         raise ConfigError(
-            f"{prefix} = {raw!r}: expected a mapping with a 'type' (one of {', '.join(SINK_TYPES)})"
+            f"{prefix} = {redact.shown(raw)}: expected a mapping with a 'type' "
+            f"(one of {', '.join(SINK_TYPES)})"
         )
     kind = raw.get("type")
     if kind is None:

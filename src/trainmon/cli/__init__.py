@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summary.add_argument("run", metavar="RUN")
     summary.add_argument("--json", action="store_true", help="print the figures as JSON")
+    summary.add_argument(
+        "--fast",
+        action="store_true",
+        help="skip the CRC checks of TensorBoard event files (faster; damage may read as data)",
+    )
     summary.set_defaults(handler=commands.summary)
 
     tail_ = commands_.add_parser("tail", help="the window lines and alerts of a run, as they come")
@@ -78,18 +83,33 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_BUCKETS,
         help=f"points kept per long series: min and max of this many buckets ({DEFAULT_BUCKETS})",
     )
+    report.add_argument(
+        "--fast",
+        action="store_true",
+        help="skip the CRC checks of TensorBoard event files (faster; damage may read as data)",
+    )
     report.set_defaults(handler=commands.report)
 
     compare = commands_.add_parser("compare", help="key figures of two runs side by side")
     compare.add_argument("a", metavar="A")
     compare.add_argument("b", metavar="B")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON")
+    compare.add_argument(
+        "--fast",
+        action="store_true",
+        help="skip the CRC checks of TensorBoard event files (faster; damage may read as data)",
+    )
     compare.set_defaults(handler=commands.compare)
 
     check = commands_.add_parser(
         "validate", help="check a DeepSpeed/trainmon config and print what it will monitor"
     )
     check.add_argument("config", metavar="CONFIG", help="JSON or YAML config file")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat warnings (a top-level key close to a known one) as errors",
+    )
     check.set_defaults(handler=validate.validate)
     return parser
 

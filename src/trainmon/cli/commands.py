@@ -8,18 +8,19 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.report.html import write_report
+from trainmon.report.extras import hparam_rows
+from trainmon.report.html import too_many_runs, write_report
 from trainmon.report.loading import load_run
 from trainmon.report.model import Run, RunError
 from trainmon.report.summary import compare as compare_runs
 from trainmon.report.summary import summarize
-from trainmon.report.text import render_compare, render_summary
+from trainmon.report.text import render_compare, render_hparam_differences, render_summary
 
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
 
 
-def _load(path: str, name: str | None = None) -> Run:
-    run = load_run(path, name)
+def _load(path: str, name: str | None = None, *, fast: bool = False) -> Run:
+    run = load_run(path, name, verify=not fast)
     run.require_metrics()
     return run
 
@@ -48,7 +49,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def summary(args: argparse.Namespace) -> int:
     """Print the summary table of one run."""
-    figures = summarize(_load(args.run))
+    figures = summarize(_load(args.run, fast=args.fast))
     if args.json:
         _print_json(figures.as_dict())
     else:
@@ -63,24 +64,34 @@ def report(args: argparse.Namespace) -> int:
     if len(args.name) > len(args.runs):
         raise RunError(f"{len(args.name)} --name given for {len(args.runs)} run(s)")
     names = args.name + [None] * (len(args.runs) - len(args.name))
-    runs = [_load(path, name) for path, name in zip(args.runs, names, strict=True)]
+    runs = [_load(path, name, fast=args.fast) for path, name in zip(args.runs, names, strict=True)]
     _unique_names(runs)
     path = write_report(runs, args.output, buckets=args.buckets, title=args.title)
     size = path.stat().st_size
     values = sum(run.scalar_count for run in runs)
-    print(f"wrote {path} ({size / 1e6:.1f} MB, {len(runs)} run(s), {values:,} values)")
+    through = Path(args.output)
+    via = f", through the symlink {through}" if through.is_symlink() else ""
+    print(f"wrote {path} ({size / 1e6:.1f} MB, {len(runs)} run(s), {values:,} values{via})")
     for run in runs:
         for note in run.notes:
             print(f"  note ({run.name}): {note}", file=sys.stderr)
+    crowded = too_many_runs(len(runs))
+    if crowded:
+        print(f"trainmon report: warning: {crowded}", file=sys.stderr)
     return 0
 
 
 def compare(args: argparse.Namespace) -> int:
     """Print two runs' key figures side by side with the relative change."""
-    runs = [_load(args.a), _load(args.b)]
+    runs = [_load(args.a, fast=args.fast), _load(args.b, fast=args.fast)]
     _unique_names(runs)
     a, b = (summarize(run) for run in runs)
     rows = compare_runs(a, b)
+    hparams = [
+        {"key": key, "a": values[0], "b": values[1]}
+        for key, values, differs in hparam_rows(runs)
+        if differs
+    ]
     if args.json:
         _print_json(
             {
@@ -96,10 +107,13 @@ def compare(args: argparse.Namespace) -> int:
                     }
                     for r in rows
                 ],
+                "hparams": hparams,
             }
         )
     else:
         print(render_compare(a, b, rows))
+        if hparams:
+            print(render_hparam_differences(hparams))
     return 0
 
 

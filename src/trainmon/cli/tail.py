@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,40 @@ class FileFollower:
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         return lines
+
+    def read_last(self, enough: Callable[[list[bytes]], bool], block: int = 1 << 16) -> list[bytes]:
+        """Complete lines read backwards from the end, a block at a time, until
+        ``enough(lines)`` or the start of the file; :meth:`read_lines` then goes on from the
+        end. A long journal costs a few blocks, not a read of the whole file."""
+        try:
+            with open(self.path, "rb") as f:
+                info = os.fstat(f.fileno())
+                size = info.st_size
+                pos, data = size, b""
+                while pos > 0:
+                    step = min(block, pos)
+                    pos -= step
+                    f.seek(pos)
+                    data = f.read(step) + data
+                    lines = data.split(b"\n")
+                    complete = lines[1:-1] if pos > 0 else lines[:-1]
+                    if enough(complete):
+                        break
+                    block = min(block * 2, 1 << 24)
+        except OSError:
+            return []
+        lines = data.split(b"\n")
+        self.identity, self.offset = (info.st_dev, info.st_ino), size
+        self.partial = lines[-1]
+        return lines[1:-1] if pos > 0 else lines[:-1]
+
+    def read_first(self, block: int = 1 << 16) -> list[bytes]:
+        """The complete lines of the file's first ``block`` bytes."""
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(block).split(b"\n")[:-1]
+        except OSError:
+            return []
 
 
 def window_from_record(record: dict[str, Any]) -> WindowStats | None:
@@ -126,6 +161,15 @@ def _alert_lines(lines: list[bytes]) -> list[tuple[float, str]]:
     return out
 
 
+def _has(marker: bytes, count: int) -> Callable[[list[bytes]], bool]:
+    """Whether lines hold ``count`` non-blank lines containing ``marker``."""
+
+    def enough(lines: list[bytes]) -> bool:
+        return sum(1 for line in lines if marker in line and line.strip()) >= count
+
+    return enough
+
+
 def _journal_for(run: Path, follow: bool) -> Path:
     if not run.exists() and follow and (run.suffix == ".jsonl" or run.parent.is_dir()):
         return run if run.suffix == ".jsonl" else run / JOURNAL_FILE
@@ -154,7 +198,15 @@ def tail(args: argparse.Namespace) -> int:
     if args.follow and not journal.exists():
         print(f"waiting for {journal} ...", file=sys.stderr, flush=True)
     run: dict[str, Any] = {}
-    events = _window_lines(journal_lines.read_lines(), run) + _alert_lines(alert_lines.read_lines())
+    if args.lines:
+        journal_tail = journal_lines.read_last(_has(b'"window"', args.lines))
+        if not any(b'"meta"' in line for line in journal_tail):
+            _window_lines(journal_lines.read_first(), run)  # the world size of the run's start
+        events = _window_lines(journal_tail, run)
+        events += _alert_lines(alert_lines.read_last(_has(b"", args.lines)))
+    else:
+        events = _window_lines(journal_lines.read_lines(), run)
+        events += _alert_lines(alert_lines.read_lines())
     events.sort(key=lambda event: event[0])
     shown = events[-args.lines :] if args.lines else events
     for _, text in shown:

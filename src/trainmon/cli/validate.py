@@ -1,8 +1,11 @@
 """``trainmon validate CONFIG``: check a config and say what it will monitor, where.
 
-A config that does not load is a :class:`~trainmon.errors.ConfigError` (exit 2). One that loads
-but would not work as written — a writer whose package is missing, an output folder that cannot
-be written, a section trainmon does not implement — is listed under "problems" (exit 1).
+Validity is decided by :func:`trainmon.config.check_config`, the function ``Monitor`` and
+``trainmon.initialize`` call, so a config refused there is refused here (a
+:class:`~trainmon.errors.ConfigError`, exit 2). A top-level key close to a known one is a warning
+(an error with ``--strict``). One that loads but would not work as written — a writer whose
+package is missing, an output folder that cannot be written, an ``optimizer`` or ``scheduler``
+that ``trainmon.initialize`` cannot build — is listed under "problems" (exit 1).
 """
 
 from __future__ import annotations
@@ -13,13 +16,12 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from trainmon import writers
-from trainmon.config import TrainmonConfig, load_config
+from trainmon import redact, writers
+from trainmon.config import ConfigCheck, TrainmonConfig, check_config, check_engine_sections
+from trainmon.errors import ConfigError
 from trainmon.extras import is_installed
 
-_OWN_KEYS = {f.name for f in dataclasses.fields(TrainmonConfig)} | {"alerts"}
 _SECRET_WORDS = ("token", "secret", "password", "key", "auth", "credential")
 #: Config section → (module its writer imports, the pip extra that installs it).
 _SDKS = {
@@ -39,23 +41,18 @@ def _field_names_with_enabled(config: TrainmonConfig) -> list[str]:
     ]
 
 
-def _without_credentials(text: str) -> str:
-    """``text`` with the user:password part of any URL in it removed."""
-    words = []
-    for word in text.split(" "):
-        if "://" in word and "@" in word:
-            scheme, _, rest = word.partition("://")
-            word = f"{scheme}://{rest.rsplit('@', 1)[-1]}"
-        words.append(word)
-    return " ".join(words)
-
-
 def validate(args: argparse.Namespace) -> int:
     """Print the effective monitoring setup; 1 when problems were found, else 0."""
     source = Path(args.config)
-    config = load_config(source)
-    lines, problems = describe(config, source)
+    checked = check_config(source)
+    if getattr(args, "strict", False) and checked.warnings:
+        raise ConfigError(f"{source}: " + "; ".join(checked.warnings) + " (--strict)")
+    lines, problems = describe(checked.config, source, checked)
     print("\n".join(lines))
+    if checked.warnings:
+        print("\nwarnings:")
+        for warning in checked.warnings:
+            print(f"  - {warning}")
     if problems:
         print("\nproblems:")
         for problem in problems:
@@ -83,14 +80,36 @@ def _writable(folder: Path) -> str | None:
     return None
 
 
-def describe(config: TrainmonConfig, source: Path) -> tuple[list[str], list[str]]:
+def _listed(keys: Sequence[str]) -> str:
+    return ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+
+
+def describe(
+    config: TrainmonConfig, source: Path, checked: ConfigCheck | None = None
+) -> tuple[list[str], list[str]]:
     """The lines describing ``config`` and the problems found in it."""
+    checked = checked or check_config(config)
     lines = [f"config       {_where(source)}"]
     problems: list[str] = []
-    ignored = sorted(k for k in config.raw if k not in _OWN_KEYS)
-    if ignored:
-        shown = ", ".join(ignored[:8]) + (", ..." if len(ignored) > 8 else "")
-        lines.append(f"ignored      {len(ignored)} key(s) trainmon does not use: {shown}")
+    if checked.engine_keys:
+        lines.append(
+            f"initialize   {_listed(checked.engine_keys)}: built by trainmon.initialize "
+            "(left to DeepSpeed under deepspeed.initialize)"
+        )
+        try:
+            check_engine_sections(config.raw)
+        except ConfigError as exc:
+            problems.append(f"trainmon.initialize would refuse this config: {exc}")
+    if checked.deepspeed_keys:
+        lines.append(
+            f"ignored      {len(checked.deepspeed_keys)} DeepSpeed key(s) trainmon does not "
+            f"use: {_listed(checked.deepspeed_keys)}"
+        )
+    if checked.unknown_keys:
+        lines.append(
+            f"unknown      {len(checked.unknown_keys)} key(s) neither trainmon nor DeepSpeed "
+            f"knows (ignored): {_listed(checked.unknown_keys)}"
+        )
     pipeline = config.trainmon
     per_rank = pipeline.per_rank_output
     lines.append(
@@ -137,7 +156,7 @@ def describe(config: TrainmonConfig, source: Path) -> tuple[list[str], list[str]
             continue
         enabled += 1
         try:
-            where = _without_credentials(str(backend.where(config)))
+            where = redact.text(str(backend.where(config)))
         except Exception as exc:  # a description must never stop validation
             where = f"(cannot describe: {exc})"
         lines.append(f"  {backend.section:<12} {where}")
@@ -272,8 +291,7 @@ def _sink_text(sink: Mapping[str, Any]) -> str:
         if key == "type" or any(word in key.lower() for word in _SECRET_WORDS):
             continue
         if isinstance(value, str) and "://" in value:
-            parts = urlsplit(value)
-            details.append(f"{parts.scheme}://{parts.hostname or ''}/...")
+            details.append(redact.url(value))
         elif key in ("path", "file", "dir", "directory") and isinstance(value, str):
             details.append(_where(Path(value)))
     return kind + (f" {' '.join(details)}" if details else "")

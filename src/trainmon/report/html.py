@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import orjson
 
 from trainmon.report.charts import PALETTE, alert_marks, plan_charts
 from trainmon.report.downsample import DEFAULT_BUCKETS
+from trainmon.report.extras import histograms_section, hparams_section, texts_section
 from trainmon.report.model import FAMILIES, Run, RunError
 from trainmon.report.summary import RunSummary, key_rows, summarize
 from trainmon.report.text import duration, figure, number, percent
@@ -35,6 +37,10 @@ _FAMILY_TITLES = {
     "comm": "Communication",
     "other": "Other metrics",
 }
+
+
+#: Runs charted in one report (one colour each); further runs are listed, not charted.
+MAX_CHARTED_RUNS = len(PALETTE)
 
 
 def _asset(name: str) -> str:
@@ -55,10 +61,11 @@ def render_report(
     """The report page for ``runs`` (each needs at least one metric)."""
     if not runs:
         raise RunError("no run to report on")
+    runs, rest = list(runs[:MAX_CHARTED_RUNS]), list(runs[MAX_CHARTED_RUNS:])
     summaries = [summarize(run) for run in runs]
     charts = plan_charts(runs, buckets)
     marks = alert_marks(runs)
-    names = ", ".join(run.name for run in runs)
+    names = ", ".join(run.name for run in runs) + (f" and {len(rest)} more" if rest else "")
     title = title or f"trainmon report — {names}"
     payload = {
         "runs": [{"name": r.name, "color": PALETTE[i % len(PALETTE)]} for i, r in enumerate(runs)],
@@ -81,13 +88,17 @@ def render_report(
         "<header>",
         f"<h1>{_e(title)}</h1>",
         _runs_list(runs, summaries),
+        _other_runs(rest),
         "<noscript><p>Charts need JavaScript; the tables below do not.</p></noscript>",
         "</header>",
         _nav(counts),
         "<main>",
         _overview(summaries),
         _alerts(runs),
+        hparams_section(runs),
         *(_family(f, [c for c in charts if c["family"] == f]) for f in FAMILIES if counts[f]),
+        histograms_section(runs),
+        texts_section(runs),
         _metric_tables(summaries),
         "</main>",
         f"<footer>Written by trainmon {_e(__version__)} on "
@@ -110,8 +121,8 @@ def write_report(
     """Render and write the report atomically (a temporary file renamed into place)."""
     for run in runs:
         run.require_metrics()
+    target = report_target(output)
     text = render_report(runs, buckets, title)
-    target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=target.parent)
     try:
@@ -125,6 +136,48 @@ def write_report(
         Path(temporary).unlink(missing_ok=True)
         raise
     return target
+
+
+def report_target(output: str | os.PathLike[str]) -> Path:
+    """The regular file the report will replace: ``output``, or the file a symlink at
+    ``output`` points to (the report is written through the link, which stays a link).
+
+    Anything else (a device such as ``/dev/null``, a FIFO, a socket, a folder, a dangling
+    link) is refused with a :class:`RunError` saying what it is: renaming a file over it would
+    replace it (as root, ``-o /dev/null`` would replace the system's).
+    """
+    given = Path(output)
+    target = given
+    if given.is_symlink():
+        target = given.resolve()
+        if not target.exists():
+            raise RunError(
+                f"-o {given}: a symlink to {target}, which does not exist; refusing to write "
+                "through a dangling link (remove it, or name the file itself)"
+            )
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        return target
+    if not stat.S_ISREG(info.st_mode):
+        kind = _file_kind(info.st_mode)
+        via = f" (the target of the symlink {given})" if target != given else ""
+        raise RunError(
+            f"-o {target}{via}: is {kind}, not a regular file; the report would replace it. "
+            "Name a regular file (it is replaced atomically) or a new path"
+        )
+    return target
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((text for check, text in kinds if check(mode)), "not a regular file")
 
 
 _ERROR_HANDLER = """<script>
@@ -157,6 +210,33 @@ def _runs_list(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> str:
             f"{number(s.scalars)} values</span></li>"
         )
     return f'<ul class="runs">{"".join(items)}</ul>'
+
+
+def too_many_runs(count: int) -> str | None:
+    """The note a report of ``count`` runs carries when only some of them are charted."""
+    if count <= MAX_CHARTED_RUNS:
+        return None
+    return (
+        f"{count} runs given: the first {MAX_CHARTED_RUNS} are charted and tabled (more would "
+        f"be unreadable lines and a page of many MB); the other {count - MAX_CHARTED_RUNS} are "
+        "listed by name only. Report fewer runs at a time to chart them"
+    )
+
+
+def _other_runs(rest: Sequence[Run]) -> str:
+    if not rest:
+        return ""
+    note = too_many_runs(MAX_CHARTED_RUNS + len(rest))
+    items = "".join(
+        f"<li><b>{_e(run.name)}</b> <span class='muted'>{_e(run.source)}: {_e(run.path)} · "
+        f"{number(run.step_count)} steps · {len(run.series)} metrics</span></li>"
+        for run in rest
+    )
+    return (
+        f'<p class="notes" id="not-charted">{_e(note)}.</p>'
+        f'<details><summary>{len(rest)} runs not charted</summary><ul class="runs">{items}</ul>'
+        "</details>"
+    )
 
 
 def _nav(counts: dict[str, int]) -> str:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -30,8 +31,11 @@ _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _MAX_EVENT_FILES = 10_000
 
 
-def load_run(path: str | os.PathLike[str], name: str | None = None) -> Run:
-    """Read the run at ``path``; :class:`RunError` (saying what was looked for) if none is."""
+def load_run(path: str | os.PathLike[str], name: str | None = None, *, verify: bool = True) -> Run:
+    """Read the run at ``path``; :class:`RunError` (saying what was looked for) if none is.
+
+    ``verify=False`` skips the CRC checks of TensorBoard event files (the CLI's ``--fast``).
+    """
     target = Path(path)
     journal, note = find_journal(target)
     if journal is not None:
@@ -41,14 +45,14 @@ def load_run(path: str | os.PathLike[str], name: str | None = None) -> Run:
         return run
     if target.is_file():
         if is_event_file(target):
-            return load_event_files(target.parent, [target], name, shown_path=target)
+            return load_event_files(target.parent, [target], name, shown_path=target, verify=verify)
         raise RunError(
             f"{target}: not a trainmon journal (*.jsonl) or a TensorBoard event file "
             "(events.out.tfevents.*)"
         )
     events = _event_files(target)
     if events:
-        return load_event_files(target, events, name)
+        return load_event_files(target, events, name, verify=verify)
     tables = sorted(p for p in target.glob("*.csv") if is_metric_csv(p))
     if tables:
         return load_csv_files(target, tables, name)
@@ -110,91 +114,239 @@ def _event_files(folder: Path) -> list[Path]:
 # ---- the JSONL journal ---------------------------------------------------------------------
 
 
+if TYPE_CHECKING:
+    _FloatArray = array[float]
+    _IntArray = array[int]
+else:  # array is not subscriptable at run time before Python 3.12
+    _FloatArray = _IntArray = array
+
+
+class FloatColumn(_FloatArray):
+    """Values of one metric, 8 bytes each (a list of floats costs 32): compares equal to a
+    list of the same floats, so it reads like the list it replaces."""
+
+    def __new__(cls, values: Iterable[float] = ()) -> FloatColumn:
+        return super().__new__(cls, "d", values)  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return self.tolist() == other
+        return super().__eq__(other)
+
+    __hash__ = None
+
+
+class StepColumn(_IntArray):
+    """Steps of one or more metrics, 8 bytes each; equal to a list of the same steps."""
+
+    def __new__(cls, values: Iterable[int] = ()) -> StepColumn:
+        return super().__new__(cls, "q", values)  # type: ignore[return-value]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return self.tolist() == other
+        return super().__eq__(other)
+
+    __hash__ = None
+
+
+_SEGMENT_ROWS = 4096
+
+
 class _Columns:
-    """Scalars records gathered column-wise: consecutive records with the same names form a
-    segment whose values are transposed in C (``zip(*rows)``), so a million scalars cost a
-    few list operations per record, not per value."""
+    """Scalars records gathered column-wise into compact arrays.
+
+    Consecutive records with the same names form a segment (at most ``_SEGMENT_ROWS`` rows)
+    whose values are transposed in C (``zip(*rows)``), so a million scalars cost a few list
+    operations per record, not per value. Metrics logged at the same steps share one
+    :class:`StepColumn` (copied only when their steps part), so a journal of ten metrics per
+    step holds about 9 bytes per value instead of the 40 or so of Python lists.
+    """
 
     def __init__(self) -> None:
-        self.raw: dict[str, tuple[list[int], list[Any]]] = {}
+        self.raw: dict[str, tuple[StepColumn, FloatColumn]] = {}
         self.names: list[str] = []
         self.steps: list[int] = []
         self.rows: list[tuple[Any, ...]] = []
+        self.dropped = 0
+
+    def add(self, names: list[str], step: int, row: tuple[Any, ...]) -> None:
+        if names != self.names or len(self.rows) >= _SEGMENT_ROWS:
+            self.flush()
+            self.names = names
+        self.steps.append(step)
+        self.rows.append(row)
 
     def flush(self) -> None:
         if not self.rows:
             return
         raw = self.raw
-        for name, column in zip(self.names, zip(*self.rows, strict=True), strict=True):
+        names = self.names
+        shared: dict[int, StepColumn] = {}  # an old steps column -> the one extended for it
+        owners: dict[int, int] = {}
+        for name in names:
             found = raw.get(name)
+            if found is not None:
+                owners[id(found[0])] = owners.get(id(found[0]), 0) + 1
+        users: dict[int, int] = {}
+        for found in raw.values():
+            users[id(found[0])] = users.get(id(found[0]), 0) + 1
+        fresh: StepColumn | None = None
+        for name, column in zip(names, zip(*self.rows, strict=True), strict=True):
+            found = raw.get(name)
+            values = _floats(column)
+            if values is None:  # strings, None, ...: convert one by one, drop non-numbers
+                kept = [(s, _number(v)) for s, v in zip(self.steps, column, strict=True)]
+                self.dropped += sum(1 for _, v in kept if v is None)
+                steps = StepColumn(s for s, v in kept if v is not None)
+                values = FloatColumn(v for _, v in kept if v is not None)
+                if found is None:
+                    raw[name] = (steps, values)
+                else:
+                    own = StepColumn(found[0])
+                    own.extend(steps)
+                    found[1].extend(values)
+                    raw[name] = (own, found[1])
+                continue
             if found is None:
-                raw[name] = (list(self.steps), list(column))
-            else:
-                found[0].extend(self.steps)
-                found[1].extend(column)
+                if fresh is None:
+                    fresh = StepColumn(self.steps)
+                raw[name] = (fresh, values)
+                continue
+            old = found[0]
+            key = id(old)
+            target = shared.get(key)
+            if target is None:
+                # extend in place when every metric sharing it is in this segment
+                target = old if users.get(key) == owners.get(key) else StepColumn(old)
+                target.extend(self.steps)
+                shared[key] = target
+            found[1].extend(values)
+            raw[name] = (target, found[1])
         self.steps = []
         self.rows = []
 
 
-def load_journal(path: Path, name: str | None = None) -> Run:
-    """Read a journal in one pass (orjson per line); see :mod:`trainmon.journal` for the schema."""
+def _floats(column: tuple[Any, ...]) -> FloatColumn | None:
+    """``column`` as a FloatColumn when every value is a number, else None."""
     try:
-        data = path.read_bytes()
+        return FloatColumn(column)
+    except (TypeError, OverflowError):
+        return None
+
+
+class _WindowRecords(Sequence[dict[str, Any]]):
+    """The journal's window records, read from the file when asked for (one offset each
+    in memory, instead of a dict of dicts per window)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offsets = array("q")
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[index])
+            record: dict[str, Any] = orjson.loads(f.readline())
+        return record
+
+
+def _lines(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of every line, read ``chunk`` bytes at a time."""
+    offset = 0
+    rest = b""
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                break
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield offset, line
+                offset += len(line) + 1
+    if rest:
+        yield offset, rest
+
+
+def load_journal(path: Path, name: str | None = None) -> Run:
+    """Read a journal in one streaming pass (orjson per line, a few MB in memory at a time);
+    see :mod:`trainmon.journal` for the schema."""
+    try:
+        open(path, "rb").close()
     except OSError as exc:
         raise RunError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    lines = data.split(b"\n")
     cut_short = False
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     columns = _Columns()
-    windows: list[dict[str, Any]] = []
+    windows = _WindowRecords(path)
     metas: list[dict[str, Any]] = []
-    steps: set[int] = set()
+    extras: list[dict[str, Any]] = []
+    step_count = 0
+    seen_max = -(1 << 63)
+    steps: set[int] | None = None  # only needed once steps stop rising
     first: dict[str, Any] | None = None
     latest: dict[str, Any] | None = None
     bad: list[int] = []
-    last = len(lines) - 1
-    cutoffs = ResumeCutoffs(lines)
+    pending: int | None = None  # an unreadable line: cut short if a meta or the end follows
+    number = 0
+    cutoffs = ResumeCutoffs.from_file(path)
     orphans = 0
-    for number, line in enumerate(lines):
+    for number, (offset, line) in enumerate(_lines(path), start=1):
         if not line or line.isspace():
             continue
+        if pending is not None:
+            if b'"meta"' in line:
+                cut_short = True  # a killed run's last line, then a restart
+            else:
+                bad.append(pending)
+            pending = None
         try:
             record = loads(line)
             kind = record["kind"]
-            if cutoffs and orphaned(record, cutoffs.at(number)):
+            if cutoffs and orphaned(record, cutoffs.at(number - 1)):
                 orphans += 1
                 continue
         except (decode_error, TypeError, KeyError, IndexError):
-            if number == last or b'"meta"' in lines[number + 1]:
-                cut_short = True  # a killed run's last line (then perhaps a restart)
-            else:
-                bad.append(number + 1)
+            pending = number
             continue
         if kind == "scalars":
             try:
                 step = record["step"]
                 values = record["values"]
-                names = list(values)
             except (KeyError, TypeError):
-                bad.append(number + 1)
+                bad.append(number)
                 continue
             if step.__class__ is not int or values.__class__ is not dict:
-                bad.append(number + 1)
+                bad.append(number)
                 continue
-            if names != columns.names:
-                columns.flush()
-                columns.names = names
-            columns.steps.append(step)
-            columns.rows.append(tuple(values.values()))
-            steps.add(step)
+            columns.add(list(values), step, tuple(values.values()))
+            if steps is None:
+                if step > seen_max:
+                    seen_max = step
+                    step_count += 1
+                elif step != seen_max:
+                    steps = set(columns.steps)
+                    for found in columns.raw.values():
+                        steps.update(found[0])
+            if steps is not None:
+                steps.add(step)
             if first is None:
                 first = record
             latest = record
         elif kind == "window":
-            windows.append(record)
+            windows.offsets.append(offset)
         elif kind == "meta":
             metas.append(record)
+        elif kind in _EXTRA_KINDS:
+            extras.append(record)
+    if pending is not None:
+        cut_short = True
     columns.flush()
     meta = metas[-1] if metas else {}
     job = meta.get("job")
@@ -206,7 +358,7 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         meta=meta,
         start_time=_time_of(first),
         end_time=_time_of(latest),
-        step_count=len(steps),
+        step_count=len(steps) if steps is not None else step_count,
     )
     if cut_short:
         run.notes.append(
@@ -227,9 +379,45 @@ def load_journal(path: Path, name: str | None = None) -> Run:
             f"the journal holds {len(metas)} starts (restarts); a step logged twice keeps "
             "its latest value"
         )
-    run.series = _finish(columns.raw, run.notes)
+    if columns.dropped:
+        run.notes.append(f"skipped {columns.dropped} value(s) that are not numbers")
+    run.series = _finish(dict(columns.raw), run.notes)
     run.alerts = load_alerts(path.parent, run.notes)
+    _add_extras(run, extras)
     return run
+
+
+_EXTRA_KINDS = frozenset({"hparams", "histogram", "text"})
+
+
+def _add_extras(run: Run, records: list[dict[str, Any]]) -> None:
+    """Hyper-parameters, histograms and text of the journal (see :mod:`trainmon.journal`)."""
+    bad = 0
+    for record in records:
+        kind = record["kind"]
+        if kind == "hparams":
+            hparams = record.get("hparams")
+            if isinstance(hparams, dict):
+                run.hparams.update(hparams)
+            else:
+                bad += 1
+            continue
+        name, step = record.get("name"), record.get("step")
+        if not isinstance(name, str) or step.__class__ is not int:
+            bad += 1
+        elif kind == "text":
+            if isinstance(record.get("text"), str):
+                run.texts.append(record)
+            else:
+                bad += 1
+        elif isinstance(record.get("counts"), list) and isinstance(record.get("edges"), list):
+            for key in ("min", "max", "sum", "sum_squares"):
+                record[key] = _number(record.get(key))
+            run.histograms.setdefault(name, []).append(record)
+        else:
+            bad += 1
+    if bad:
+        run.notes.append(f"skipped {bad} unreadable hparams/histogram/text record(s)")
 
 
 def _time_of(record: dict[str, Any] | None) -> float | None:
@@ -241,7 +429,12 @@ def _time_of(record: dict[str, Any] | None) -> float | None:
 
 
 def load_event_files(
-    folder: Path, files: list[Path], name: str | None = None, shown_path: Path | None = None
+    folder: Path,
+    files: list[Path],
+    name: str | None = None,
+    shown_path: Path | None = None,
+    *,
+    verify: bool = True,
 ) -> Run:
     """Read the scalars of ``files`` (all under ``folder``) as one run.
 
@@ -253,7 +446,7 @@ def load_event_files(
         by_dir.setdefault(file.parent, []).append(file)
     results: dict[Path, EventScalars] = {}
     for directory, group in by_dir.items():
-        reader = EventFileReader()
+        reader = EventFileReader(verify=verify)
         for file in group:
             try:
                 reader.read(file)
@@ -306,7 +499,7 @@ def load_event_files(
         end_time=max(times) if times else None,
         notes=notes,
     )
-    run.series = _finish(raw, run.notes)
+    run.series = _finish(dict(raw), run.notes)
     run.step_count = _distinct_steps(run.series)
     run.alerts = load_alerts(folder, run.notes)
     return run
@@ -318,7 +511,7 @@ def load_event_files(
 def load_csv_files(folder: Path, files: list[Path], name: str | None = None) -> Run:
     """One run from a folder of ``step,<name>`` CSV files; a step repeated by a restart keeps
     its last row (the resumed run's value)."""
-    raw: dict[str, tuple[list[int], list[Any]]] = {}
+    raw: dict[str, tuple[Sequence[int], Sequence[Any]]] = {}
     skipped = 0
     for file in files:
         metric, steps, values, bad = read_metric_csv(file)
@@ -335,22 +528,34 @@ def load_csv_files(folder: Path, files: list[Path], name: str | None = None) -> 
 # ---- shared ----------------------------------------------------------------------------------
 
 
-def _finish(raw: dict[str, tuple[list[int], list[Any]]], notes: list[str]) -> dict[str, Series]:
-    """Series with float values and strictly increasing steps (a repeated step keeps its last)."""
+def _finish(
+    raw: dict[str, tuple[Sequence[int], Sequence[Any]]], notes: list[str]
+) -> dict[str, Series]:
+    """Series with float values and strictly increasing steps (a repeated step keeps its last).
+
+    Compact columns (the journal's) stay compact, and a steps column shared by several
+    metrics stays shared.
+    """
     series: dict[str, Series] = {}
     dropped = 0
+    rising: dict[int, bool] = {}
     for name in raw:
         steps, values = raw[name]
-        kinds = set(map(type, values))
-        if not kinds <= {float}:
-            if kinds <= {float, int}:
-                values = list(map(float, values))
-            else:
-                kept = [(s, _number(v)) for s, v in zip(steps, values, strict=True)]
-                dropped += sum(1 for _, v in kept if v is None)
-                steps = [s for s, v in kept if v is not None]
-                values = [v for _, v in kept if v is not None]
-        if not all(map(operator.lt, steps, islice(steps, 1, None))):
+        if not isinstance(values, FloatColumn):
+            kinds = set(map(type, values))
+            if not kinds <= {float}:
+                if kinds <= {float, int}:
+                    values = list(map(float, values))
+                else:
+                    kept = [(s, _number(v)) for s, v in zip(steps, values, strict=True)]
+                    dropped += sum(1 for _, v in kept if v is None)
+                    steps = [s for s, v in kept if v is not None]
+                    values = [v for _, v in kept if v is not None]
+        ordered = rising.get(id(steps))
+        if ordered is None:
+            ordered = all(map(operator.lt, steps, islice(steps, 1, None)))
+            rising[id(steps)] = ordered
+        if not ordered:
             latest = dict(zip(steps, values, strict=True))
             steps = sorted(latest)
             values = [latest[s] for s in steps]

@@ -7,6 +7,7 @@ onto trainmon's, so summaries and charts find "the loss" or "the forward time" i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,8 @@ class Series:
     """One metric over a run: ``steps`` ascending and unique, ``values`` floats (NaN kept)."""
 
     name: str
-    steps: list[int]
-    values: list[float]
+    steps: Sequence[int]
+    values: Sequence[float]
     x_unit: str = "step"
     """``"samples"`` for DeepSpeed's ``Train/Samples/*`` tags, whose x is samples seen."""
     cache: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -121,12 +122,18 @@ class Run:
     source: str
     """``"trainmon journal"`` or ``"TensorBoard events"``."""
     series: dict[str, Series] = field(default_factory=dict)
-    windows: list[dict[str, Any]] = field(default_factory=list)
+    windows: Sequence[dict[str, Any]] = field(default_factory=list)
     """The journal's ``window`` records, as read (empty for TensorBoard folders)."""
     alerts: list[dict[str, Any]] = field(default_factory=list)
     """Lines of ``alerts.jsonl`` next to the run (``Alert.as_dict()``), in file order."""
     meta: dict[str, Any] = field(default_factory=dict)
     """The last ``meta`` record of the journal (job, rank, world_size, host, ...)."""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The journal's ``hparams`` records merged in order (flat ``a.b`` keys; later wins)."""
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """The journal's ``histogram`` records by name, in file order."""
+    texts: list[dict[str, Any]] = field(default_factory=list)
+    """The journal's ``text`` records, in file order."""
     start_time: float | None = None
     end_time: float | None = None
     step_count: int = 0

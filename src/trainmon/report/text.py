@@ -7,7 +7,7 @@ a value reads the same in the progress lines, the summary and the report.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -221,3 +221,20 @@ def render_compare(a: RunSummary, b: RunSummary, rows: Sequence[KeyRow]) -> str:
     for label, summary in (("A", a), ("B", b)):
         out += [f"note ({label}): {note}" for note in summary.notes]
     return "\n".join(out)
+
+
+def render_hparam_differences(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The hyper-parameters whose values differ between A and B (``-``: not logged)."""
+    cells = [["hyper-parameter", "A", "B"]]
+    for row in rows:
+        cells.append(
+            [str(row["key"])]
+            + ["-" if row[side] is None else str(row[side]) for side in ("a", "b")]
+        )
+    return "\n".join(
+        [
+            "",
+            f"hyper-parameters that differ ({len(rows)}):",
+            *table(cells, [False, False, False], indent=""),
+        ]
+    )

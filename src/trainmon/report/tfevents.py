@@ -12,8 +12,11 @@ needs are decoded by hand:
 
 The usual value (``tag`` then ``simple_value``, as torch's ``SummaryWriter``, tensorboardX,
 DeepSpeed and trainmon write it) takes a fast path. Images, histograms, audio, text and other
-plugins' tensors are counted and skipped. CRCs are not checked (speed); a record cut short by a
-killed writer ends the file cleanly, and so does a corrupt one.
+plugins' tensors are counted and skipped. Both CRCs of every record (the length's and the
+data's, masked CRC-32C as TFRecord defines them) are checked unless ``verify=False`` (the CLI's
+``--fast``): a flipped bit is then reported as a damaged file instead of read as real data. A
+record cut short by a killed (or still running) writer ends the file cleanly; so does a corrupt
+one, and the note says which it was.
 """
 
 from __future__ import annotations
@@ -21,10 +24,18 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 _U64 = struct.Struct("<Q").unpack_from
 _F32 = struct.Struct("<f").unpack_from
 _F64 = struct.Struct("<d").unpack_from
+_U32 = struct.Struct("<I").unpack_from
+
+try:
+    from crc32c import crc32c as _crc_function
+except ImportError:  # a core dependency; without it records are read unchecked (and noted)
+    _crc_function = None  # type: ignore[assignment]
+_CRC: Any = _crc_function
 
 #: TensorProto dtype → struct format of one element (bfloat16 is handled on its own).
 _DTYPE_FORMATS = {
@@ -211,8 +222,13 @@ class EventFileReader:
     run hold the same tag).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, verify: bool = True) -> None:
+        self.verify = verify and _CRC is not None
         self.result = EventScalars()
+        if verify and _CRC is None:
+            self.result.problems.append(
+                "CRCs not checked: the crc32c package is not installed (pip install crc32c)"
+            )
         self._by_bytes: dict[bytes, tuple[list[int], list[float]]] = {}
         self._ignored: tuple[list[int], list[float]] = ([], [])
         """Where values of tags known not to be scalars go (emptied after each file)."""
@@ -235,13 +251,33 @@ class EventFileReader:
         ignored = self._ignored
         last_start = -1
         start = 12
+        verify = self.verify
+        view = memoryview(data)
         try:
             while pos + 12 <= size:
                 (length,) = _U64(data, pos)
                 start = pos + 12
                 end = start + length
                 if end + 4 > size:
+                    # past the end: cut short by a writer, or a damaged length (its CRC says)
+                    if verify and _masked(_CRC(view[pos : pos + 8])) != _U32(data, pos + 8)[0]:
+                        raise _Corrupt("its length fails its CRC")
                     break
+                if (
+                    verify
+                    and (
+                        (((crc := _CRC(view[start:end])) >> 15 | crc << 17) + 0xA282EAD8)
+                        & 0xFFFFFFFF
+                    )
+                    != _U32(data, end)[0]
+                ):
+                    # a damaged length inside the file also lands here: the data CRC of the
+                    # misplaced record fails
+                    raise _Corrupt(
+                        "its length fails its CRC"
+                        if _masked(_CRC(view[pos : pos + 8])) != _U32(data, pos + 8)[0]
+                        else "its data fails its CRC"
+                    )
                 pos = end + 4
                 # Fast path, one scalar per event (torch, tensorboardX, DeepSpeed): wall_time,
                 # step, summary { value { tag, simple_value } } with one-byte lengths.
@@ -295,14 +331,19 @@ class EventFileReader:
         except (_Corrupt, IndexError, struct.error, UnicodeDecodeError) as exc:
             result.problems.append(
                 f"{path.name}: corrupt record at byte {start - 12} "
-                f"({exc or type(exc).__name__}); "
-                "read what came before it"
+                f"({exc or type(exc).__name__}): the file is damaged (garbage, not a record "
+                "still being written); read what came before it"
             )
         else:
             if pos != size:
                 result.problems.append(
                     f"{path.name}: last record cut short at byte {pos} of {size} "
-                    "(a writer still running or killed); read every complete record"
+                    + (
+                        "(a writer still running or killed); read every complete record"
+                        if verify
+                        else "(a writer still running or killed, or damage: --fast skipped the "
+                        "CRC checks that tell them apart); read every complete record"
+                    )
                 )
         if last_start >= 0:
             self._note_time(_F64(data, last_start + 1)[0])
@@ -459,6 +500,11 @@ class EventFileReader:
         target[0].append(step)
         target[1].append(value)
         return True
+
+
+def _masked(crc: int) -> int:
+    """TFRecord's masked CRC: rotated right by 15 bits plus a constant."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def is_event_file(path: Path) -> bool:

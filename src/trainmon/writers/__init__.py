@@ -79,12 +79,15 @@ def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:
 
     stream = sys.stderr if config.console.stream == "stderr" else None
     every_rank = config.trainmon.per_rank_output and place.world_size > 1
-    return ConsoleWriter(
+    writer = ConsoleWriter(
         stream,
         total_steps=_total_steps(config),
         rank=place.rank if every_rank else None,
         world_size=place.world_size,
     )
+    live = config.console.live
+    writer.live = live == "on" or (live == "auto" and writer.is_terminal())
+    return writer
 
 
 def _wandb(config: TrainmonConfig, place: ProcessPlace) -> Writer:
@@ -120,7 +123,9 @@ def _comet(config: TrainmonConfig, place: ProcessPlace) -> Writer:
 
 
 def _total_steps(config: TrainmonConfig) -> int | None:
-    """DeepSpeed's ``scheduler.params.total_num_steps``, when the config has one."""
+    """``trainmon.total_steps``, else DeepSpeed's ``scheduler.params.total_num_steps``."""
+    if config.trainmon.total_steps is not None:
+        return config.trainmon.total_steps
     scheduler = config.raw.get("scheduler")
     params = scheduler.get("params") if isinstance(scheduler, dict) else None
     total = params.get("total_num_steps") if isinstance(params, dict) else None

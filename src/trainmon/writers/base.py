@@ -8,11 +8,13 @@ once with the traceback, counts, and carries on with the other writers.
 from __future__ import annotations
 
 import abc
+import errno
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
 
 _log = get_logger("writers")
@@ -42,9 +44,6 @@ class Writer(abc.ABC):
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
 
-    def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
-        """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
-
     def identity(self) -> Mapping[str, Any] | None:
         """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
         and MLflow's run id), JSON-serialisable; None (the default) when there is nothing."""
@@ -57,6 +56,19 @@ class Writer(abc.ABC):
         the background thread before any record of the resumed run; a file writer marks the
         restart (TensorBoard's purge marker, the journal's ``resume`` record), a service
         writer switches back to the saved run. Does nothing by default."""
+
+    def write_windows(self, windows: Sequence[WindowStats]) -> None:  # noqa: B027 - optional hook
+        """Receive completed windows (count/mean/min/max/last per metric); ignored by default."""
+
+    @property
+    def dropped_events(self) -> int:
+        """Values this writer accepted and then gave up (a full disk past its bounded buffer);
+        added to ``trainmon/dropped_events``. Writers that never give up keep 0."""
+        return 0
+
+    def write_extras(self, records: Sequence[Extra]) -> None:  # noqa: B027 - optional hook
+        """Receive histograms, text and hyper-parameters (:mod:`trainmon.events`), in stream
+        order; a backend that cannot show a kind ignores it (the default ignores all)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.location}>"
@@ -94,15 +106,6 @@ class WriterGroup:
                 except Exception:
                     self._failed(writer, "write")
 
-    def write_kinds(self, records: Sequence[StepScalars], kinds: frozenset[str]) -> None:
-        """Per-step records to the ``every: "step"`` writers whose ``kind`` is in ``kinds``."""
-        for writer in self.writers:
-            if writer.every == "step" and writer.kind in kinds:
-                try:
-                    writer.write(records)
-                except Exception:
-                    self._failed(writer, "write")
-
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         """Completed windows to every writer's hook, and as means to ``every: window`` writers."""
         means: list[StepScalars] | None = None
@@ -115,6 +118,14 @@ class WriterGroup:
                     writer.write(means)
             except Exception:
                 self._failed(writer, "write_windows")
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text and hyper-parameters to every writer (whatever its ``every``)."""
+        for writer in self.writers:
+            try:
+                writer.write_extras(records)
+            except Exception:
+                self._failed(writer, "write_extras")
 
     def flush(self) -> None:
         for writer in self.writers:
@@ -130,17 +141,50 @@ class WriterGroup:
             except Exception:
                 self._failed(writer, "close")
 
+    def resume(self, step: int, identities: Sequence[Mapping[str, Any] | None]) -> None:
+        """Each writer's :meth:`Writer.resume` with its saved identity (same order as
+        :attr:`writers`), in stream order: a writer that fails is reported and starts anew."""
+        for writer, identity in zip(self.writers, identities, strict=True):
+            try:
+                writer.resume(step, identity)
+            except Exception:
+                self._failed(writer, f"resume (at step {step}; it carries on as a new run)")
+
+    @property
+    def dropped_events(self) -> int:
+        """What the writers gave up after accepting it (see :attr:`Writer.dropped_events`)."""
+        return sum(_dropped_by(writer) for writer in self.writers)
+
     def _failed(self, writer: Writer, operation: str) -> None:
         self.error_count += 1
         if id(writer) in self._reported:
             return
         self._reported.add(id(writer))
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError) and error.errno in _NO_SPACE:
+            consequence = (
+                "out of space: its files are cut back to the last whole record and writing is "
+                "retried, holding what it can in a bounded buffer (what does not fit is counted "
+                "in trainmon/dropped_events)"
+            )
+        else:
+            consequence = "its data is being lost"
         _log.warning(
-            "%s writer (%s) failed in %s; its data is being lost, the other writers and "
-            "training carry on (further errors of this writer are counted in "
-            "trainmon/writer_errors, not printed)",
+            "%s writer (%s) failed in %s; %s, the other writers and training carry on "
+            "(further errors of this writer are counted in trainmon/writer_errors, not printed)",
             writer.kind,
             writer.location,
             operation,
+            consequence,
             exc_info=True,
         )
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _dropped_by(writer: Writer) -> int:
+    try:
+        return int(writer.dropped_events)
+    except Exception:  # a user's writer with a broken property: count nothing
+        return 0

@@ -74,11 +74,6 @@ class CometWriter(Writer):
         job: str = DEFAULT_JOB_NAME,
     ) -> None:
         place = place or ProcessPlace()
-        if section.samples_log_interval < 0:
-            raise ConfigError(
-                f"'comet.samples_log_interval' = {section.samples_log_interval!r}: expected an "
-                f"integer >= 0"
-            )
         if per_rank and section.experiment_key and place.world_size > 1:
             raise ConfigError(
                 f"'comet.experiment_key' = {section.experiment_key!r} names one experiment, but "

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
 from trainmon.aggregate import MetricStats, WindowStats
-from trainmon.events import Number, StepScalars
+from trainmon.events import Extra, Number, Progress, StepScalars
 from trainmon.writers.base import Writer
 
 #: The step's disjoint parts (label, metric, older name of the same part); what they leave of
@@ -138,11 +138,13 @@ def format_window(
     *,
     rank: int | None = None,
     world_size: int | None = None,
+    progress: str = "",
 ) -> str:
     """The console line for one window.
 
     ``rank`` starts the line with ``[rank r]`` (when every rank prints); ``world_size`` 1 hides
-    ``comm`` (a single process has nothing to communicate).
+    ``comm`` (a single process has nothing to communicate); ``progress`` (from
+    :class:`ProgressClock`) follows the step.
     """
     metrics = window.metrics
     used: set[str] = set()
@@ -154,6 +156,8 @@ def format_window(
         return value
 
     step = f"step {window.last_step}" + (f"/{total_steps}" if total_steps else "")
+    if progress:
+        step += f" {progress}"
     parts = [f"[rank {rank}] {step}" if rank is not None else step]
     simple: tuple[tuple[str, str, str, Callable[[float], str]], ...] = (
         ("loss", "train/loss", "mean", format_value),
@@ -231,6 +235,79 @@ def format_window(
     return " | ".join([line, *extras])
 
 
+def format_duration(seconds: float) -> str:
+    """``4.2s`` below 10 s, ``42s``, ``12m``, ``1h05m``, ``2d03h``: short, and as precise as
+    an estimate deserves."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    if seconds < 9.95:
+        return f"{seconds:.1f}s"
+    if seconds < 59.5:
+        return f"{seconds:.0f}s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+#: The live progress line is rewritten at most this often (seconds of logged wall time).
+LIVE_EVERY_S = 0.2
+
+
+class ProgressClock:
+    """Progress, elapsed time and ETA from the windows' own times (no clock of its own).
+
+    Elapsed counts from the first window's start (the first step logged). The ETA is the
+    steps left at the step rate of the last few windows (:data:`RATE_WINDOWS`), so a slower
+    phase shows within a few windows, and a steady run's estimate is its true remaining time.
+    """
+
+    RATE_WINDOWS = 5
+
+    def __init__(self) -> None:
+        self._start: float | None = None
+        self._first_step = 0
+        self._marks: list[tuple[int, float]] = []
+
+    def describe(self, window: WindowStats, total_steps: int | None) -> str:
+        """``(25%) · elapsed 12m · ETA 36m``; "" without a total."""
+        if self._start is None:
+            self._start = window.start_time
+            self._first_step = window.first_step
+            self._marks.append((window.first_step, window.start_time))
+        self._marks.append((window.last_step, window.end_time))
+        del self._marks[: -self.RATE_WINDOWS - 1]
+        elapsed = window.end_time - self._start
+        if not total_steps:
+            return ""
+        done = window.last_step
+        percent = f"({100 * done / total_steps:.0f}%)"
+        parts = [percent, f"elapsed {format_duration(elapsed)}"]
+        (old_step, old_time), (new_step, new_time) = self._marks[0], self._marks[-1]
+        if done < total_steps and new_step > old_step and new_time > old_time:
+            per_step = (new_time - old_time) / (new_step - old_step)
+            parts.append(f"ETA {format_duration((total_steps - done) * per_step)}")
+        return " · ".join(parts)
+
+    def peek(self, step: int, now: float, total_steps: int | None) -> str:
+        """The live line's progress at ``step`` (between windows), from the windows' rate."""
+        if self._start is None:
+            return ""
+        parts = [f"elapsed {format_duration(now - self._start)}"]
+        if total_steps:
+            parts.insert(0, f"({100 * step / total_steps:.0f}%)")
+            (old_step, old_time), (new_step, new_time) = self._marks[0], self._marks[-1]
+            if step < total_steps and new_step > old_step and new_time > old_time:
+                per_step = (new_time - old_time) / (new_step - old_step)
+                eta = (total_steps - step) * per_step
+                parts.append(f"ETA {format_duration(eta)}")
+        return " · ".join(parts)
+
+
 class ConsoleWriter(Writer):
     """Prints one line per completed window; per-step records are not printed."""
 
@@ -250,15 +327,55 @@ class ConsoleWriter(Writer):
         self.world_size = world_size
         """The job's process count; 1 hides ``comm``."""
         self.location = "stdout" if stream is None else getattr(stream, "name", "stream")
+        self._clock = ProgressClock()
+        self.live = False
+        """Keep one progress line rewritten in place between window lines (a terminal only)."""
+        self._live_shown = False
+        self._live_at = 0.0
+
+    def is_terminal(self) -> bool:
+        """Whether the stream is an interactive terminal (not a file, pipe or collector)."""
+        stream = self._stream or sys.stdout
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
 
     def write(self, records: Sequence[StepScalars]) -> None:
-        pass
+        """Per-step records: only the live line uses them (at most :data:`LIVE_EVERY_S`)."""
+        if not self.live or not records:
+            return
+        record = records[-1]
+        if record.wall_time - self._live_at < LIVE_EVERY_S:
+            return
+        self._live_at = record.wall_time
+        total = self.total_steps
+        text = f"step {record.step}" + (f"/{total}" if total else "")
+        progress = self._clock.peek(record.step, record.wall_time, total)
+        stream = self._stream or sys.stdout
+        stream.write(f"\r\x1b[K{text}{' ' + progress if progress else ''}")
+        stream.flush()
+        self._live_shown = True
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """A :class:`~trainmon.events.Progress` sets the total (histograms etc. are not shown)."""
+        for record in records:
+            if isinstance(record, Progress):
+                self.total_steps = record.total_steps
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         stream = self._stream or sys.stdout
+        if self._live_shown:  # the window line replaces the live line
+            stream.write("\r\x1b[K")
+            self._live_shown = False
         for window in windows:
+            progress = self._clock.describe(window, self.total_steps)
             line = format_window(
-                window, self.total_steps, rank=self.rank, world_size=self.world_size
+                window,
+                self.total_steps,
+                rank=self.rank,
+                world_size=self.world_size,
+                progress=progress,
             )
             stream.write(line + "\n")
         stream.flush()
@@ -267,4 +384,7 @@ class ConsoleWriter(Writer):
         (self._stream or sys.stdout).flush()
 
     def close(self) -> None:
+        if self._live_shown:  # leave the terminal on a fresh line
+            (self._stream or sys.stdout).write("\n")
+            self._live_shown = False
         self.flush()

@@ -3,21 +3,32 @@
 One file per metric in ``<output_path>/<job_name>/``, named after the metric with ``/`` and
 spaces replaced by ``_``, header ``step,<last name component>``. A run restarted into the same
 folder appends to the existing files without a second header.
+
+Names that map to the same file (``a/b``, ``a_b``, ``a b``) get distinct files: the first
+one seen keeps the plain name, the others get a short hash. Which name owns which file is
+recorded in ``.trainmon-csv-names.jsonl`` (one ``{"name": ..., "file": ...}`` line per file,
+append-only) before the file gets its first row, so a restarted run, whatever order it logs
+in, writes each name to the file it had before.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
+
 from trainmon.events import Number, StepScalars
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile, inside, safe_file_name
+from trainmon.writers.files import PENDING_BYTES, AppendFile, inside, safe_file_name
 
 MAX_OPEN_FILES = 64
+NAMES_FILE = ".trainmon-csv-names.jsonl"
 _FLUSH_AT_BYTES = 1 << 20
+_PENDING_PER_FILE = PENDING_BYTES // 16  # up to MAX_OPEN_FILES of them are held at once
 
 
 def _csv_field(text: str) -> str:
@@ -31,6 +42,26 @@ def format_number(value: Number) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def read_name_map(directory: Path | str) -> dict[str, str]:
+    """``{metric name: file name}`` as recorded in a CSV folder (empty when none is)."""
+    owners: dict[str, str] = {}
+    try:
+        with open(Path(directory) / NAMES_FILE, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return owners
+    for line in lines:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:  # a line cut short by a crash: that file got no row
+            continue
+        if isinstance(entry, dict):
+            name, file_name = entry.get("name"), entry.get("file")
+            if isinstance(name, str) and isinstance(file_name, str):
+                owners.setdefault(name, file_name)
+    return owners
+
+
 class CsvWriter(Writer):
     """One CSV per metric; at most ``MAX_OPEN_FILES`` kept open, least recently used closed."""
 
@@ -41,20 +72,44 @@ class CsvWriter(Writer):
         self.directory.mkdir(parents=True, exist_ok=True)
         self.location = str(self.directory)
         self._paths: dict[str, Path] = {}
-        self._owners: dict[str, str] = {}  # file name -> metric name, to avoid collisions
+        self._files = read_name_map(self.directory)  # metric name -> file name
+        self._owners = {file: name for name, file in reversed(self._files.items())}
         self._open: OrderedDict[str, AppendFile] = OrderedDict()
         self._buffered = 0
+        self._dropped = 0  # values of files already closed, or that could not be opened
+        self._deferred: Exception | None = None
 
     def _path_for(self, name: str) -> Path:
-        file_name = safe_file_name(name, ".csv")
-        owner = self._owners.setdefault(file_name, name)
-        if owner != name:  # "a/b" and "a_b" would share a file: keep them apart
-            digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-            file_name = safe_file_name(f"{name}-{digest}", ".csv")
-            self._owners[file_name] = name
+        file_name = self._files.get(name)
+        if file_name is None:
+            file_name = safe_file_name(name, ".csv")
+            owner = self._owners.get(file_name)
+            if owner is None and (self.directory / file_name).exists():
+                owner = name  # a file from before names were recorded: first come, first kept
+            if owner is not None and owner != name:  # "a/b" and "a_b": keep them apart
+                digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+                file_name = safe_file_name(f"{name}-{digest}", ".csv")
+            self._record(name, file_name)
         path = inside(self.directory, file_name)
         self._paths[name] = path
         return path
+
+    def _record(self, name: str, file_name: str) -> None:
+        """Write down (durably, before any row) that ``file_name`` belongs to ``name``."""
+        line = orjson.dumps({"name": name, "file": file_name}) + b"\n"
+        fd = os.open(self.directory / NAMES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(f"short write to {NAMES_FILE}")
+            except OSError:
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+        self._files[name] = file_name
+        self._owners[file_name] = name
 
     def _file(self, name: str) -> AppendFile:
         handle = self._open.get(name)
@@ -62,17 +117,24 @@ class CsvWriter(Writer):
             self._open.move_to_end(name)
             return handle
         path = self._paths.get(name) or self._path_for(name)
-        handle = AppendFile(path)
+        handle = AppendFile(path, _PENDING_PER_FILE)
         if handle.size_at_open == 0:
             header = name.rsplit("/", 1)[-1]
-            handle.write(f"step,{_csv_field(header)}\n".encode())
+            handle.write_header(f"step,{_csv_field(header)}\n".encode())
         elif not handle.ends_with_newline():
             handle.write(b"\n")
         self._open[name] = handle
         if len(self._open) > MAX_OPEN_FILES:
             _, oldest = self._open.popitem(last=False)
-            oldest.close()
+            self._close_file(oldest)
         return handle
+
+    def _close_file(self, handle: AppendFile) -> None:
+        try:
+            handle.close()  # closes the descriptor even when the final flush fails
+        except Exception as exc:
+            self._deferred = self._deferred or exc
+        self._dropped += handle.dropped
 
     def write(self, records: Sequence[StepScalars]) -> None:
         lines: dict[str, list[str]] = {}
@@ -84,19 +146,27 @@ class CsvWriter(Writer):
         for name, rows in lines.items():
             data = "".join(rows).encode()
             try:
-                self._file(name).write(data)
+                self._file(name).write(data, len(rows))
             except Exception as exc:  # one metric's file must not cost the others their rows
                 error = error or exc
+                self._dropped += len(rows)
                 continue
             self._buffered += len(data)
         if self._buffered > _FLUSH_AT_BYTES:
             self.flush()
+        error = error or self._deferred
+        self._deferred = None
         if error is not None:
             raise error
 
+    @property
+    def dropped_events(self) -> int:
+        return self._dropped + sum(handle.dropped for handle in self._open.values())
+
     def flush(self) -> None:
         self._buffered = 0
-        error: Exception | None = None
+        error: Exception | None = self._deferred
+        self._deferred = None
         for handle in list(self._open.values()):
             try:
                 handle.flush()
@@ -106,12 +176,9 @@ class CsvWriter(Writer):
             raise error
 
     def close(self) -> None:
-        error: Exception | None = None
         while self._open:
             _, handle = self._open.popitem(last=False)
-            try:
-                handle.close()  # closes the descriptor even when the final flush fails
-            except Exception as exc:
-                error = error or exc
+            self._close_file(handle)
+        error, self._deferred = self._deferred, None
         if error is not None:
             raise error

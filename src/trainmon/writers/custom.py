@@ -31,7 +31,7 @@ from typing import Any
 
 from trainmon.aggregate import WindowStats
 from trainmon.errors import ConfigError, did_you_mean
-from trainmon.events import StepScalars
+from trainmon.events import Extra, StepScalars
 from trainmon.writers.base import Writer
 
 WriterFactory = Callable[..., Any]
@@ -86,6 +86,7 @@ class _DuckWriter(Writer):
         if getattr(target, "every", "step") == "window":
             self.every = "window"
         self._write_windows = getattr(target, "write_windows", None)
+        self._write_extras = getattr(target, "write_extras", None)
 
     def write(self, records: Sequence[StepScalars]) -> None:
         self.target.write(records)
@@ -94,11 +95,30 @@ class _DuckWriter(Writer):
         if self._write_windows is not None:
             self._write_windows(windows)
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        if self._write_extras is not None:
+            self._write_extras(records)
+
     def flush(self) -> None:
         self.target.flush()
 
+    @property
+    def dropped_events(self) -> int:
+        return int(getattr(self.target, "dropped_events", 0))
+
     def close(self) -> None:
         self.target.close()
+
+    def identity(self) -> Mapping[str, Any] | None:
+        """The object's own ``identity()`` when it has one (see :meth:`Writer.identity`)."""
+        identity = getattr(self.target, "identity", None)
+        return identity() if callable(identity) else None
+
+    def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
+        """The object's own ``resume(step, identity)`` when it has one."""
+        resume = getattr(self.target, "resume", None)
+        if callable(resume):
+            resume(step, identity)
 
     def __repr__(self) -> str:
         return f"<{type(self.target).__name__} {self.location}>"

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.events import Extra, Histogram, Hparams, StepScalars, Text
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile
 
 _FLUSH_AT_BYTES = 1 << 20
 
@@ -30,7 +30,7 @@ class JsonlWriter(Writer):
     def __init__(self, directory: Path | str, job: str = "", rank: int = 0, world_size: int = 1):
         path = Path(directory) / JOURNAL_FILE
         self.location = str(path)
-        self._file = AppendFile(path)
+        self._file = AppendFile(path, PENDING_BYTES)
         if not self._file.ends_with_newline():
             self._file.write(b"\n")  # a previous run was killed mid-line: start clean
         meta = {
@@ -59,7 +59,8 @@ class JsonlWriter(Writer):
                         "time": record.wall_time,
                         "values": encode_values(record.values),
                     }
-                )
+                ),
+                len(record.values),
             )
         if out.buffered > _FLUSH_AT_BYTES:
             out.flush()
@@ -86,6 +87,23 @@ class JsonlWriter(Writer):
                 )
             )
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """``histogram``, ``text`` and ``hparams`` lines (see :mod:`trainmon.journal`)."""
+        for record in records:
+            line = extra_line(record)
+            if line is not None:
+                self._file.write(encode_line(line))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    @property
+    def dropped_events(self) -> int:
+        return self._file.dropped
+
+    def close(self) -> None:
+        self._file.close()
+
     def resume(self, step: int, identity: Mapping[str, Any] | None) -> None:
         """Write the journal's ``resume`` record: readers drop what earlier lines logged at
         ``step`` and later (see :mod:`trainmon.journal`)."""
@@ -93,8 +111,48 @@ class JsonlWriter(Writer):
         self._file.write(encode_line(record))
         self._file.flush()
 
-    def flush(self) -> None:
-        self._file.flush()
 
-    def close(self) -> None:
-        self._file.close()
+def extra_line(record: Extra) -> dict[str, object] | None:
+    """The journal object of a histogram, text or hyper-parameters record."""
+    if isinstance(record, Histogram):
+        return {
+            "v": SCHEMA_VERSION,
+            "kind": "histogram",
+            "name": record.name,
+            "step": record.step,
+            "time": record.wall_time,
+            "edges": list(record.edges),
+            "counts": list(record.counts),
+            **encode_values(
+                {
+                    "min": record.min,
+                    "max": record.max,
+                    "num": record.num,
+                    "sum": record.sum,
+                    "sum_squares": record.sum_squares,
+                    "non_finite": record.non_finite,
+                }
+            ),
+        }
+    if isinstance(record, Text):
+        return {
+            "v": SCHEMA_VERSION,
+            "kind": "text",
+            "name": record.name,
+            "step": record.step,
+            "time": record.wall_time,
+            "text": record.text,
+        }
+    if isinstance(record, Hparams):
+        return {
+            "v": SCHEMA_VERSION,
+            "kind": "hparams",
+            "step": record.step,
+            "time": record.wall_time,
+            "hparams": {
+                k: v if isinstance(v, str) else encode_values({k: v})[k]
+                for k, v in record.hparams.items()
+            },
+            "metrics": encode_values(record.metrics),
+        }
+    return None

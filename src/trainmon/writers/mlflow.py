@@ -24,6 +24,7 @@ starts with ``mlflow.start_run`` is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -40,17 +41,18 @@ from typing import Any
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.events import StepScalars
+from trainmon.events import Extra, Hparams, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
-
-_log = get_logger("mlflow")
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
 #: Longest wait for an HTTP tracking server to answer at start-up.
 START_TIMEOUT_S = 10.0
 _MAX_KEY_LENGTH = 250
+#: Longest parameter value MLflow stores (longer values are cut, ending in ``…``).
+MAX_PARAM_CHARS = 6000
+_log = get_logger("mlflow")
 _INVALID_KEY = re.compile(r"[^/\w.\- ]")
 
 
@@ -126,6 +128,8 @@ class MlflowWriter(Writer):
         params = [self._entities.Param(str(k), _text(v)) for k, v in section.params.items()]
         for start in range(0, len(params), 100):
             self._log_batch(params=params[start : start + 100])
+        self._params: dict[str, str] = {p.key: p.value for p in params}
+        self._warned_param = False
         self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
         #: Metrics lost because the request that carried them failed.
         self.dropped_metrics = 0
@@ -182,6 +186,36 @@ class MlflowWriter(Writer):
         if len(pending) >= MAX_METRICS_PER_BATCH:
             self._send(whole_batches_only=True)
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Hyper-parameters as run params (histograms and text are not shown by MLflow).
+
+        MLflow params cannot change once logged: a key logged again with another value is
+        kept as first logged, with one warning (the other writers get the new value)."""
+        for record in records:
+            if not isinstance(record, Hparams):
+                continue
+            new = []
+            for name, value in record.hparams.items():
+                key, text = mlflow_key(name), _text(value)
+                if len(text) > MAX_PARAM_CHARS:
+                    text = text[: MAX_PARAM_CHARS - 1] + "…"
+                before = self._params.get(key)
+                if before is None:
+                    self._params[key] = text
+                    new.append(self._entities.Param(key, text))
+                elif before != text and not self._warned_param:
+                    self._warned_param = True
+                    _log.warning(
+                        "MLflow writer: param %r was logged as %r and is now %r; MLflow params "
+                        "cannot change, so the run keeps the first value (further changes are "
+                        "not printed)",
+                        key,
+                        before,
+                        text,
+                    )
+            for start in range(0, len(new), 100):
+                self._log_batch(params=new[start : start + 100])
+
     def flush(self) -> None:
         """Send every buffered metric (``log_batch``, up to 1000 per request)."""
         self._send(whole_batches_only=False)
@@ -215,10 +249,8 @@ class MlflowWriter(Writer):
         self.experiment_id = saved.info.experiment_id
         self._client.update_run(self.run_id, status="RUNNING")
         self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
-        try:
+        with contextlib.suppress(Exception):  # a store without deletes keeps an empty run
             self._client.delete_run(fresh)
-        except Exception:
-            _log.info("MLflow: could not delete the unused run %s", fresh, exc_info=True)
 
     def _send(self, *, whole_batches_only: bool) -> None:
         pending = self._pending

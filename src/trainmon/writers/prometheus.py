@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from trainmon import extras
+from trainmon import extras, redact
 from trainmon.config import PrometheusConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.events import Number, StepScalars
@@ -187,7 +187,9 @@ class PrometheusWriter(Writer):
                 if section.pushgateway_url is None:
                     raise
                 _log.warning(
-                    "%s; the Prometheus writer only pushes to %s", exc, section.pushgateway_url
+                    "%s; the Prometheus writer only pushes to %s",
+                    exc,
+                    redact.url(section.pushgateway_url),
                 )
             else:
                 where.append(str(self.url))
@@ -195,7 +197,8 @@ class PrometheusWriter(Writer):
         if section.pushgateway_url is not None:
             self._push_registry = client.CollectorRegistry()
             self._push_registry.register(_Collector(self._latest, {}))
-            where.append(f"{section.pushgateway_url} job={self.job} rank={self.rank}")
+            shown = redact.url(section.pushgateway_url)
+            where.append(f"{shown} job={self.job} rank={self.rank}")
         self.location = " and ".join(where) or "nowhere (serve is off and no pushgateway_url)"
 
     @classmethod
@@ -316,9 +319,9 @@ class PrometheusWriter(Writer):
             "training and the other writers carry on, and the latest values go with the next "
             "push (failed requests are counted in PrometheusWriter.push_errors, not printed)",
             what,
-            self.section.pushgateway_url,
+            redact.url(self.section.pushgateway_url or ""),
             type(exc).__name__,
-            _first_line(exc),
+            redact.text(_first_line(exc), redact.url_secrets(self.section.pushgateway_url or "")),
             self.section.timeout_s,
         )
 
@@ -327,7 +330,7 @@ class PrometheusWriter(Writer):
             self._push_failing = False
             _log.info(
                 "Prometheus writer: the Pushgateway at %s answers again (%d failed requests)",
-                self.section.pushgateway_url,
+                redact.url(self.section.pushgateway_url or ""),
                 self.push_errors,
             )
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from trainmon import extras
-from trainmon.events import Number, StepScalars
+from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
-from trainmon.writers.files import AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile
+from trainmon.writers.tb_summaries import histogram_summary, hparams_summaries, text_summary
 
 _FILE_VERSION = b"brain.Event:2"
 _FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
@@ -117,7 +118,7 @@ class TensorBoardWriter(Writer):
         path = self.folder / _event_file_name(seconds)
         while path.exists():  # a reused pid within the same second: never append to another run
             path = self.folder / _event_file_name(seconds)
-        handle = AppendFile(path)
+        handle = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
         handle.write(self._frame(version + _FILE_VERSION))
@@ -151,13 +152,48 @@ class TensorBoardWriter(Writer):
             for record in records:
                 chunks.append(self._encode(record))
         finally:  # keep the records encoded before a bad one
-            self._file.write(b"".join(chunks))
+            values = sum(len(record.values) for record in records[: len(chunks)])
+            self._file.write(b"".join(chunks), values)
             self._wrote = self._wrote or bool(chunks)
         if self._file.buffered >= _FLUSH_AT:
             self._file.flush()
 
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms, text (the text plugin) and hyper-parameters (the hparams plugin)."""
+        if self._closed:
+            raise ValueError(f"TensorBoard writer for {self.location} is closed")
+        chunks: list[bytes] = []
+        for record in records:
+            if isinstance(record, Histogram):
+                summaries = [histogram_summary(record)]
+                step, wall_time = record.step, record.wall_time
+            elif isinstance(record, Text):
+                summaries = [text_summary(record.name, record.text)]
+                step, wall_time = record.step, record.wall_time
+            elif isinstance(record, Hparams):
+                summaries = hparams_summaries(record.hparams, record.metrics, record.wall_time)
+                step, wall_time = 0, record.wall_time  # as torch's add_hparams: run-level
+            else:
+                continue
+            for summary in summaries:
+                event = b"".join(
+                    (
+                        _pack_head(_WALL_TIME_KEY, wall_time, _STEP_KEY),
+                        _varint(step),
+                        _SUMMARY_KEY,
+                        _varint(len(summary)),
+                        summary,
+                    )
+                )
+                chunks.append(self._frame(event))
+        self._file.write(b"".join(chunks))
+
     def flush(self) -> None:
         self._file.flush()
+
+    @property
+    def dropped_events(self) -> int:
+        return self._file.dropped
 
     def close(self) -> None:
         if self._closed:

@@ -42,7 +42,7 @@ from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.errors import ConfigError
-from trainmon.events import Number, StepScalars
+from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
 
@@ -132,6 +132,37 @@ class WandbWriter(Writer):
                 values.update(record.values)
             if values:
                 log(values, step=step)
+        except Exception:
+            self._failed = True
+            raise
+
+    def write_extras(self, records: Sequence[Extra]) -> None:
+        """Histograms as ``wandb.Histogram``, text as a one-row ``wandb.Table`` (step, text) at
+        their step (merged into that step's open row; a lower step is dropped as for scalars),
+        and hyper-parameters into the run's config."""
+        if self._failed:
+            raise RuntimeError("the W&B writer stopped after an earlier W&B error")
+        wandb = self._wandb
+        try:
+            for record in records:
+                if isinstance(record, Hparams):
+                    self._run.config.update(dict(record.hparams), allow_val_change=True)
+                    continue
+                if isinstance(record, Histogram):
+                    if not record.counts:  # no finite value: nothing W&B can draw
+                        continue
+                    value: Any = wandb.Histogram(
+                        np_histogram=(list(record.counts), list(record.edges))
+                    )
+                elif isinstance(record, Text):
+                    value = wandb.Table(columns=["step", "text"], data=[[record.step, record.text]])
+                else:
+                    continue
+                if record.step < self._min_step:
+                    self._drop(StepScalars(record.step, record.wall_time, {}))
+                    continue
+                self._min_step = record.step
+                self._run.log({record.name: value}, step=record.step)
         except Exception:
             self._failed = True
             raise

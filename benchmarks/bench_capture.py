@@ -1,0 +1,187 @@
+"""Calling-thread cost of logging tensors (captured at the call) and plain numbers.
+
+One process, one ``Monitor`` (TensorBoard + JSONL, console off, default queue), values logged
+with ``write_events``. Rounds interleave the cases in a shuffled order; each round times a block
+of calls with ``time.thread_time_ns`` (the calling thread's CPU) and ``perf_counter_ns``, then
+waits untimed for the background thread (``flush``) so its work does not overlap the next
+block. Reported: the median over rounds, per call and per scalar.
+
+Cases: 1, 4, 8 and 16 0-d float32 CPU tensors per call (a fresh ``loss``-like tensor with
+``requires_grad`` among them), 16 tensors of mixed shapes and dtypes (two stacks), 8 floats as
+pairs and as triples; and, for attribution, ``torch.stack`` of the same 16 tensors alone (under
+``torch.no_grad()``) and trainmon's ``values.capture`` of them alone (stack plus its checks).
+
+Run: ``.venv/bin/python benchmarks/bench_capture.py [--rounds 15] [--calls 2000] [--json out]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import trainmon
+
+capture: Callable[..., Any] | None
+try:
+    from trainmon.values import capture
+except ImportError:  # a trainmon from before capture (to compare against): that case is skipped
+    capture = None
+
+TARGET_TENSOR_CALL_US = 10.0  # per call of up to 16 tensors
+TARGET_SCALAR_US = 0.5  # per float/int scalar
+
+
+def _tensor_events(count: int) -> tuple[tuple[str, Any], ...]:
+    loss = (torch.tensor(2.0, requires_grad=True) * 1.5).sum()
+    values = [loss] + [torch.tensor(float(i)) for i in range(1, count)]
+    return tuple((f"t/{i}", value) for i, value in enumerate(values))
+
+
+def _mixed_events() -> tuple[tuple[str, Any], ...]:
+    values: list[Any] = [torch.tensor(float(i)) for i in range(12)]
+    values += [torch.tensor([1.0]), torch.tensor([2.0]), torch.tensor(3), torch.tensor(4)]
+    return tuple((f"m/{i}", value) for i, value in enumerate(values))
+
+
+def cases(monitor: trainmon.Monitor) -> dict[str, tuple[int, Callable[[], None]]]:
+    """Name -> (scalars per call, one call)."""
+    write = monitor.write_events
+    out: dict[str, tuple[int, Callable[[], None]]] = {}
+    for count in (1, 4, 8, 16):
+        events = _tensor_events(count)
+        out[f"{count} tensors"] = (count, partial(write, events))
+    mixed = _mixed_events()
+    out["16 tensors, mixed shapes/dtypes"] = (16, lambda: write(mixed))
+    pairs = tuple((f"f/{i}", 0.5 * i) for i in range(8))
+    out["8 floats (name, value)"] = (8, lambda: write(pairs))
+    triples = tuple((f"g/{i}", 0.5 * i, 7) for i in range(8))
+    out["8 floats (name, value, step)"] = (8, lambda: write(triples))
+    sixteen = [value for _, value in _tensor_events(16)]
+
+    def stack_only() -> None:
+        with torch.no_grad():
+            torch.stack(sixteen)
+
+    out["floor: torch.stack of 16 (no monitor)"] = (16, stack_only)
+    names = [f"t/{i}" for i in range(16)]
+    if capture is not None:
+        take = capture
+
+        def capture_only() -> None:
+            take(sixteen, names)
+
+        out["values.capture of 16 (no monitor)"] = (16, capture_only)
+    return out
+
+
+def run(rounds: int, calls: int) -> dict[str, Any]:
+    """Median calling-thread CPU and wall time per call for every case."""
+    folder = Path(tempfile.mkdtemp(prefix="trainmon-bench-capture-"))
+    section = {"enabled": True, "output_path": str(folder), "job_name": "bench"}
+    config = {"tensorboard": section, "jsonl": section, "console": {"enabled": False}}
+    samples: dict[str, list[tuple[float, float]]] = {}
+    with trainmon.Monitor(config) as monitor:
+        table = cases(monitor)
+        for _, call in table.values():  # warm-up: names cached, torch ops dispatched once
+            for _ in range(200):
+                call()
+        monitor.flush()
+        order = list(table)
+        for _ in range(rounds):
+            random.shuffle(order)
+            for name in order:
+                _, call = table[name]
+                step = 0
+                cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+                for step in range(calls):
+                    monitor.step = step
+                    call()
+                cpu1, wall1 = time.thread_time_ns(), time.perf_counter_ns()
+                samples.setdefault(name, []).append(
+                    ((cpu1 - cpu0) / calls / 1e3, (wall1 - wall0) / calls / 1e3)
+                )
+                monitor.flush()
+        dropped = monitor.dropped_events
+    result: dict[str, Any] = {"rounds": rounds, "calls": calls, "dropped": dropped, "cases": {}}
+    for name, (scalars, _) in table.items():
+        cpu = [c for c, _ in samples[name]]
+        wall = [w for _, w in samples[name]]
+        result["cases"][name] = {
+            "scalars": scalars,
+            "call_cpu_us": statistics.median(cpu),
+            "call_wall_us": statistics.median(wall),
+            "cpu_min_us": min(cpu),
+            "cpu_max_us": max(cpu),
+        }
+    return result
+
+
+def step_cost_us(rounds: int, calls: int) -> float:
+    """``monitor.step = s`` alone (included in every case's figure), for subtraction."""
+    with trainmon.Monitor({"console": {"enabled": False}}) as monitor:
+        times = []
+        for _ in range(rounds):
+            start = time.thread_time_ns()
+            for step in range(calls):
+                monitor.step = step
+            times.append((time.thread_time_ns() - start) / calls / 1e3)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    result = run(args.rounds, args.calls)
+    result["step_setter_us"] = step_cost_us(args.rounds, args.calls * 5)
+    result["machine"] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "trainmon": trainmon.__version__,
+        "cpus": platform.machine(),
+    }
+    print(f"{'case':40s} {'µs/call':>9s} {'µs/scalar':>10s} {'wall µs/call':>13s} {'range':>15s}")
+    for name, row in result["cases"].items():
+        per_scalar = row["call_cpu_us"] / row["scalars"]
+        spread = f"{row['cpu_min_us']:.2f}–{row['cpu_max_us']:.2f}"
+        print(
+            f"{name:40s} {row['call_cpu_us']:9.2f} {per_scalar:10.3f} "
+            f"{row['call_wall_us']:13.2f} {spread:>15s}"
+        )
+    print(f"(each includes `monitor.step = s`: {result['step_setter_us']:.3f} µs/call)")
+    print(f"dropped: {result['dropped']}")
+    verdicts = []
+    cases_ = result["cases"]
+    uniform = max(row["call_cpu_us"] for name, row in cases_.items() if name.endswith(" tensors"))
+    mixed = cases_["16 tensors, mixed shapes/dtypes"]["call_cpu_us"]
+    verdicts.append(
+        ("≤ 10 µs per call of 1–16 same-shape tensors", uniform <= TARGET_TENSOR_CALL_US)
+    )
+    verdicts.append(("≤ 10 µs per call of 16 mixed tensors", mixed <= TARGET_TENSOR_CALL_US))
+    float_rows = [row for name, row in result["cases"].items() if "floats" in name]
+    worst_float = max(row["call_cpu_us"] / row["scalars"] for row in float_rows)
+    verdicts.append(("≤ 0.5 µs per float scalar", worst_float <= TARGET_SCALAR_US))
+    for text, ok in verdicts:
+        print(f"target {text}: {'met' if ok else 'NOT met'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
