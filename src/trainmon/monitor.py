@@ -45,7 +45,6 @@ from trainmon.values import (
     CAPTURED,
     INT64_MAX,
     INT64_MIN,
-    NATIVE_TYPES,
     Deferred,
     Snapshot,
     capture,
@@ -189,6 +188,44 @@ class Monitor:
             step = check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
+    def write_side_events(self, events: Iterable[Item], writer_kinds: Iterable[str]) -> None:
+        """Record ``(name, value, step)`` events whose step is another x axis (DeepSpeed's
+        ``global_samples``) for the writers of ``writer_kinds`` only (``"tensorboard"``,
+        ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
+        count training steps and expect every rank to log them. Returns at once."""
+        items = events if type(events) is tuple else tuple(events)
+        names = self._names
+        kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
+        try:
+            for item in items:
+                value = item[1]
+                kind = type(value)
+                if (
+                    len(item) != 3
+                    or item[0] not in names
+                    or (
+                        kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX)
+                    )
+                    or type(item[2]) is not int
+                    or not INT64_MIN <= item[2] <= INT64_MAX
+                ):
+                    break
+            else:
+                if items:
+                    self._pipeline.put_side(time.time(), items, kinds)
+                return
+        except (TypeError, IndexError, KeyError):
+            pass
+        for item in items:
+            if isinstance(item, (tuple, list)) and (len(item) != 3 or item[2] is None):
+                raise TypeError(
+                    f"write_side_events: event {item!r} has no step; expected (name, value, step) "
+                    f"with the step on the events' own axis"
+                )
+        checked, flag = self._check_slowly(items)
+        if checked:
+            self._pipeline.put_side(time.time(), checked, kinds, flag)
+
     def log_histogram(
         self, name: str, values: Any, step: int | None = None, *, bins: int = DEFAULT_BINS
     ) -> None:
@@ -248,44 +285,6 @@ class Monitor:
         if self.alerts is not None:
             self.alerts.explain_with_layers()
         return watcher
-
-    def write_side_events(self, events: Iterable[Item], writer_kinds: Iterable[str]) -> None:
-        """Record ``(name, value, step)`` events whose step is another x axis (DeepSpeed's
-        ``global_samples``) for the writers of ``writer_kinds`` only (``"tensorboard"``,
-        ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
-        count training steps and expect every rank to log them. Returns at once."""
-        items = events if type(events) is tuple else tuple(events)
-        names = self._names
-        kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
-        try:
-            for item in items:
-                if (
-                    len(item) != 3
-                    or item[0] not in names
-                    or type(item[1]) not in NATIVE_TYPES
-                    or type(item[2]) is not int
-                ):
-                    break
-            else:
-                if items:
-                    self._pipeline.put_side(time.time(), items, kinds)
-                return
-        except (TypeError, IndexError, KeyError):
-            pass
-        checked, flag = self._check_slowly(items)
-        if flag is not False:
-            raise TypeError(
-                "write_side_events: values must be plain numbers (DeepSpeed's own events are); "
-                "log tensors with write_events"
-            )
-        for item in checked:
-            if len(item) != 3 or item[2] is None:
-                raise TypeError(
-                    f"write_side_events: event {item!r} has no step; expected (name, value, step) "
-                    f"with the step on the events' own axis"
-                )
-        if checked:
-            self._pipeline.put_side(time.time(), checked, kinds)
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""

@@ -162,14 +162,16 @@ class Pipeline:
             )
         return False
 
-    def put_side(self, wall_time: float, items: Sequence[Item], kinds: frozenset[str]) -> None:
+    def put_side(
+        self, wall_time: float, items: Sequence[Item], kinds: frozenset[str], flag: Any = True
+    ) -> None:
         """Queue ``(name, value, step)`` events on their own x axis (DeepSpeed's samples).
 
         They go only to the ``every: "step"`` writers whose ``kind`` is in ``kinds``, and never
         into windows, cross-rank statistics or observers (alert rules): their steps are not
         the training steps, and only one rank logs them.
         """
-        self.put((wall_time, None, items, kinds), len(items))  # type: ignore[arg-type]
+        self.put((wall_time, None, items, (kinds, flag)), len(items))  # type: ignore[arg-type]
 
     def flush(
         self, timeout: float | None = None, *, then: Callable[[], None] | None = None
@@ -392,13 +394,14 @@ class Pipeline:
             self._observe("on_records", records)
 
     def _emit_side(self, entry: Entry) -> None:
+        kinds, flag = entry[3]  # type: ignore[misc]
         try:
-            records = self._records([(entry[0], 0, entry[2], True)])
+            records = self._records([(entry[0], 0, entry[2], flag if flag is not False else True)])
         except Exception:
             self._count_internal_error("could not turn side events into records")
             return
         if records:
-            self.writers.write_kinds(records, entry[3])  # type: ignore[arg-type]
+            self.writers.write_kinds(records, kinds)
 
     def _count_internal_error(self, what: str) -> None:
         self._internal_errors += 1

@@ -420,7 +420,10 @@ class _DeepSpeedDriver:
             tag = f"global_step{int(self.engine.global_steps)}"  # DeepSpeed's default tag
         save_monitor_state(self.monitor, Path(save_dir) / str(tag))
         client = {} if client_state is None else client_state
-        return self._originals["save_checkpoint"](save_dir, tag, client, *args, **kwargs)
+        try:
+            return self._originals["save_checkpoint"](save_dir, tag, client, *args, **kwargs)
+        finally:
+            self.instrument.restart()  # the save is not part of the next step's time
 
     def load_checkpoint(self, load_dir: str, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's load; then trainmon continues from the state saved beside it."""
@@ -430,6 +433,7 @@ class _DeepSpeedDriver:
             load_monitor_state(
                 self.monitor, Path(load_path).parent, step=int(self.engine.global_steps)
             )
+            self.instrument.restart()
         return result
 
     # ---- lifecycle --------------------------------------------------------------------------

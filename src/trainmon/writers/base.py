@@ -106,15 +106,6 @@ class WriterGroup:
                 except Exception:
                     self._failed(writer, "write")
 
-    def write_kinds(self, records: Sequence[StepScalars], kinds: frozenset[str]) -> None:
-        """Per-step records to the ``every: "step"`` writers whose ``kind`` is in ``kinds``."""
-        for writer in self.writers:
-            if writer.every == "step" and writer.kind in kinds:
-                try:
-                    writer.write(records)
-                except Exception:
-                    self._failed(writer, "write")
-
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         """Completed windows to every writer's hook, and as means to ``every: window`` writers."""
         means: list[StepScalars] | None = None
