@@ -134,11 +134,8 @@ class AlertRouter:
                     "alert %r could not be queued for the sinks", alert.rule, exc_info=True
                 )
         for callback in monitor.callbacks if monitor is not None else ():
-            hook = getattr(callback, "on_alert", None)
-            if hook is None:
-                continue
             try:
-                hook(alert)
+                callback.on_alert(alert)
             except Exception:
                 if id(callback) not in self._reported_callbacks:
                     self._reported_callbacks.add(id(callback))
