@@ -167,3 +167,34 @@ def test_the_engine_with_block_tells_its_monitors_writers_the_run_failed() -> No
     finally:
         unregister_writer("test-callbacks-memory")
     assert [writer.status for writer in built] == ["failed"]
+
+
+def test_a_custom_writer_that_is_not_a_writer_subclass_is_told_the_status_too() -> None:
+    """An object with write/flush/close and finalize, named in the config's ``writers``."""
+    from trainmon.writers import register_writer, unregister_writer
+
+    class Duck:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def write(self, records: Any) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def finalize(self, status: str) -> None:
+            self.calls.append(status)
+
+        def close(self) -> None:
+            self.calls.append("close")
+
+    ducks: list[Duck] = []
+    register_writer("test-callbacks-duck", lambda: ducks.append(Duck()) or ducks[-1])
+    try:
+        config = {**_CONFIG, "writers": [{"class": "test-callbacks-duck"}]}
+        with pytest.raises(KeyboardInterrupt), trainmon.Monitor(config):
+            raise KeyboardInterrupt
+    finally:
+        unregister_writer("test-callbacks-duck")
+    assert [duck.calls for duck in ducks] == [["aborted", "close"]]

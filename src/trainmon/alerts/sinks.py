@@ -49,7 +49,7 @@ from typing import Any, NoReturn
 
 from trainmon import redact
 from trainmon.alerts.delivery import AlertDispatcher, AlertSink, DeliveryError
-from trainmon.alerts.model import Alert
+from trainmon.alerts.model import ALERTS_FILE, Alert
 from trainmon.errors import ConfigError, did_you_mean
 from trainmon.logging import get_logger
 from trainmon.writers.files import AppendFile
@@ -68,7 +68,6 @@ __all__ = [
     "build_sinks",
 ]
 
-ALERTS_FILE = "alerts.jsonl"
 _console_log = get_logger("alerts")
 _MAX_RESPONSE_BYTES = 64 * 1024
 

@@ -41,7 +41,7 @@ from typing import Any
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, first_line
 from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.writers.base import RunStatus, Writer
@@ -283,8 +283,7 @@ def _start_run(wandb: ModuleType, kwargs: dict[str, Any], mode: str | None) -> A
     except Exception as exc:
         if (mode or os.environ.get("WANDB_MODE", "")) in ("offline", "dryrun", "disabled"):
             raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        why_offline = f"wandb.init failed ({type(exc).__name__}: {first_line})"
+        why_offline = f"wandb.init failed ({type(exc).__name__}: {first_line(exc)})"
         with _quiet_terminal():
             run = wandb.init(mode="offline", **kwargs)
     if why_offline is not None:
