@@ -335,16 +335,21 @@ def test_orphaned_steps_stay_hidden_when_the_resumed_run_stops_earlier(tmp_path:
 
 
 def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-        "--master_addr=127.0.0.1", f"--master_port={port}",
-        str(WORKER.parent / "ckpt_ranks_worker.py"), str(tmp_path), mode,
-    ]  # fmt: skip
+    """Run the worker on two ranks; a port taken by another process meanwhile (other suites
+    run torchrun on this machine too) is retried with a new one."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+            "--master_addr=127.0.0.1", f"--master_port={port}",
+            str(WORKER.parent / "ckpt_ranks_worker.py"), str(tmp_path), mode,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+        if done.returncode == 0 or "address already in use" not in done.stderr.lower():
+            break
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return sorted((json.loads(line[7:]) for line in lines), key=lambda r: r["rank"])

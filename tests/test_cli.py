@@ -27,7 +27,8 @@ def test_demo_writes_every_output_and_says_where(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^step 50(/120)? \| loss ", result.stdout, re.M)
+    # the demo knows its length: the line shows progress, elapsed time and the ETA
+    assert re.search(r"^step 50/120 \(42%\) · elapsed \S+ · ETA \S+ \| loss ", result.stdout, re.M)
     assert f"tensorboard --logdir {out.resolve() / 'tensorboard'}" in result.stdout
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()

@@ -235,3 +235,31 @@ def test_configure_logging_ranks_filter(monkeypatch: pytest.MonkeyPatch) -> None
     assert stream.getvalue() == ""
     with pytest.raises(ValueError, match="level 'loud' is not a logging level name"):
         configure_logging(level="loud")
+
+
+def test_windows_of_late_values_are_not_gathered() -> None:
+    """A window holding only late values of the last gathered step is not gathered (other ranks
+    may have folded those values into the earlier window, so gathering it would desync them)."""
+    import torch.distributed as dist
+
+    from trainmon.aggregate import WindowAggregator
+    from trainmon.distributed import CrossRankReducer
+    from trainmon.events import StepScalars
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        reducer = CrossRankReducer(10.0)
+        aggregator = WindowAggregator(5)
+        first = aggregator.add([StepScalars(s, 0.0, {"perf/step_time_ms": 2.0}) for s in (1, 5)])
+        first.append(aggregator.close_if_complete(0.0))  # type: ignore[arg-type]
+        assert reducer(first[-1]) is not None
+        aggregator.add([StepScalars(5, 0.0, {"eval/loss": 1.0})])  # logged after the step
+        late = aggregator.close()
+        assert late is not None and late.last_step == 5
+        assert reducer(late) is None
+        aggregator.add([StepScalars(6, 0.0, {"perf/step_time_ms": 2.0})])
+        assert reducer(aggregator.close()) is not None  # type: ignore[arg-type]
+        reducer.close()
+    finally:
+        dist.destroy_process_group()

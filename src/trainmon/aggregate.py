@@ -203,7 +203,8 @@ class WindowAggregator:
             if now - self._start_time >= self.window_seconds:
                 return self._close()
             return None
-        if self._last_step % self.window_steps == 0:
+        # late values of the step that closed the previous window wait for the next steps
+        if self._last_step % self.window_steps == 0 and self._last_step != self._closed_step:
             return self._close()
         return None
 

@@ -197,12 +197,37 @@ class CrossRankReducer:
         self.world_size = dist.get_world_size()
         self.disabled = False
         self._warned_steps = False
+        self._gathered_step: int | None = None
         self._table: Any = None
 
+    def close(self) -> None:
+        """Destroy the monitoring group (every rank, after the last gather), so no gloo group
+        of trainmon's is left for interpreter exit to tear down (that sometimes aborted the
+        process when the training framework never destroys its own process group)."""
+        group, self._group = self._group, None
+        self.disabled = True
+        dist = self._dist
+        if group is None or not dist.is_initialized():
+            return
+        try:
+            dist.destroy_process_group(group)
+        except Exception as exc:  # a group the backend already dropped
+            _log.debug("could not destroy the monitoring process group: %s", exc)
+
     def __call__(self, window: WindowStats) -> dict[str, Number] | None:
-        """This window's cross-rank metrics on rank 0; None elsewhere or once disabled."""
+        """This window's cross-rank metrics on rank 0; None elsewhere or once disabled.
+
+        A window ending no later than the last gathered one holds only values logged late for
+        that window's last step (a framework's evaluation logs after the step); whether such a
+        window exists depends on when each rank's background thread drained, so it is not
+        gathered: every rank gathers exactly once per window of steps, or they would desync.
+        """
         if self.disabled:
             return None
+        last = self._gathered_step
+        if last is not None and window.last_step <= last:
+            return None
+        self._gathered_step = window.last_step
         import torch
 
         mine = torch.tensor(pack_window(window), dtype=torch.float64)

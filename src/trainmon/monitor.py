@@ -100,7 +100,7 @@ class Monitor:
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        reducer = _cross_rank_reducer(self.config, all_ranks_log)
+        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         self._step = 0
         self._names: set[str] = set()
@@ -564,6 +564,9 @@ class Monitor:
             self._unusable = "closed"
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
         lost = self._pipeline.close(deadline, status)
+        if self._reducer is not None:
+            # after the final gather: a gloo group left to interpreter exit could abort it
+            self._reducer.close()
         if self.alerts is not None:
             lost.update(self.alerts.close(max(0.0, deadline - time.monotonic())))
         _live.discard(self)

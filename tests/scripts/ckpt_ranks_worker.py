@@ -33,6 +33,8 @@ def main() -> None:
         "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
         "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
         "console": {"enabled": False},
+        # no cross-rank statistics: their gloo group is not what is tested here
+        "trainmon": {"cross_rank": "off"},
         "alerts": {
             "rules": [
                 {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}

@@ -141,6 +141,14 @@ class StepInstrument:
         if self._step_start < 0.0 and self._clock.first < 0.0:
             self._step_start = _clock()
 
+    def restart(self) -> None:
+        """Time from now on belongs to the next step: what ran since the last step end
+        (evaluation, checkpointing between steps) is dropped from the step time and from the
+        phases; a phase still open keeps running from now. For framework drivers."""
+        now = _clock()
+        self._step_start = now
+        self._clock.take(now)
+
     def comm_begin(self) -> None:
         """The gradient all-reduce (or other communication of the step) starts; logged as
         ``perf/backward_allreduce_ms`` besides counting in ``perf/comm_ms``."""

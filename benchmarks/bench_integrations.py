@@ -1,0 +1,201 @@
+"""What each framework driver costs the training thread per optimizer step.
+
+Why: the drivers promise the framework's own step cost plus a few microseconds (goal: at most
+20 µs per step for each callback). The frameworks' loops are far noisier than that on a
+shared 2-core VM, so each driver's hooks are called directly, in the order and with the
+arguments its framework uses, on real framework objects where they are cheap to build (the
+Trainer's ``TrainingArguments``/``TrainerState``/``TrainerControl``, a real tiny module whose
+forward runs the Trainer driver's forward hooks), and compared with the same loop without the
+driver, interleaved round by round in one process (medians of paired differences).
+
+Per step:
+
+* ``transformers``: ``on_step_begin``, one training forward of a ``Linear(4, 4)`` (the
+  driver's forward hooks), ``on_pre_optimizer_step``, ``on_step_end`` (the step's metrics, one
+  enqueue) and ``on_log`` with the Trainer's per-step logs (``logging_steps=1``: loss,
+  grad_norm, learning_rate, epoch); ``wall_clock_breakdown`` on.
+* ``lightning``: ``on_train_batch_start`` (batch size of a ``(8, 4)`` tensor),
+  ``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step`` (the global
+  gradient norm of the module's two gradients: foreach kernels, no sync),
+  ``on_train_batch_end``, and ``TrainmonLogger.log_metrics`` with one ``self.log`` value;
+  breakdown on.
+* ``(grad norm)``: the Lightning row's gradient norm alone (``total_grad_norm``), the part of
+  that row a user who logs a gradient norm pays anyway.
+* ``accelerate``: ``accelerator.log``'s call of ``TrainmonTracker.log`` with two values and a
+  new step (closes a step of the instrument).
+
+The monitor writes a JSONL journal (console off); its background thread runs meanwhile, as in
+training. Costs are the training thread's CPU time (``thread_time_ns``), so that the other
+processes of a shared machine do not count.
+
+Run: ``.venv/bin/python benchmarks/bench_integrations.py [--steps 2000] [--rounds 15]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+
+def config(base: Path, name: str) -> dict[str, Any]:
+    return {
+        "steps_per_print": 10,
+        "wall_clock_breakdown": True,
+        "jsonl": {"enabled": True, "output_path": str(base), "job_name": name},
+        "console": {"enabled": False},
+    }
+
+
+def transformers_driver(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from trainmon.integrations.transformers import TrainmonCallback
+
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    args = TrainingArguments(output_dir=str(base / "hf"), use_cpu=True, report_to=[])
+    state, control = TrainerState(), TrainerControl()
+    callback = TrainmonCallback(config(base, "hf"))
+    callback.on_train_begin(args, state, control, model=model)
+    logs = {"loss": 1.5, "grad_norm": 0.7, "learning_rate": 1e-3, "epoch": 0.1}
+
+    def bare(step: int) -> None:
+        model(x)
+
+    def driven(step: int) -> None:
+        state.global_step = step
+        callback.on_step_begin(args, state, control)
+        model(x)
+        callback.on_pre_optimizer_step(args, state, control)
+        callback.on_step_end(args, state, control)
+        callback.on_log(args, state, control, logs=dict(logs))
+
+    def close() -> None:
+        callback.on_train_end(args, state, control)
+
+    return bare, driven, close
+
+
+def lightning_driver(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
+    from trainmon.integrations.lightning import TrainmonCallback, TrainmonLogger
+
+    module = torch.nn.Linear(4, 4)
+    for p in module.parameters():
+        p.grad = torch.randn_like(p)
+    batch = torch.randn(8, 4)
+    outputs = {"loss": torch.tensor(0.5)}
+    logger = TrainmonLogger(config(base, "pl"))
+    callback = TrainmonCallback(logger=logger)
+    trainer = SimpleNamespace(
+        global_step=0, loggers=[logger], should_stop=False, accumulate_grad_batches=1
+    )
+    callback.setup(trainer, module, "fit")
+    callback.on_train_start(trainer, module)
+
+    def bare(step: int) -> None:
+        trainer.global_step = step
+
+    def driven(step: int) -> None:
+        callback.on_train_batch_start(trainer, module, batch, step)
+        callback.on_before_backward(trainer, module, outputs["loss"])
+        callback.on_after_backward(trainer, module)
+        callback.on_before_optimizer_step(trainer, module, None)
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, module, outputs, batch, step)
+        logger.log_metrics({"train_loss": 0.5}, step - 1)
+
+    def close() -> None:
+        callback.teardown(trainer, module, "fit")
+        logger.finalize("success")
+
+    return bare, driven, close
+
+
+def accelerate_driver(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
+    from trainmon.integrations.accelerate import TrainmonTracker
+
+    tracker = TrainmonTracker(config(base, "acc"), samples_per_step=8)
+    tracker.start()
+
+    def bare(step: int) -> None:
+        pass
+
+    def driven(step: int) -> None:
+        tracker.log({"train/loss": 0.5, "train/lr": 1e-3}, step=step)
+
+    return bare, driven, tracker.finish
+
+
+def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
+    """The Lightning row's gradient norm by itself (the part a user logging it pays anyway)."""
+    from trainmon.meters import total_grad_norm
+
+    module = torch.nn.Linear(4, 4)
+    grads = [torch.randn_like(p) for p in module.parameters()]
+
+    def bare(step: int) -> None:
+        pass
+
+    def driven(step: int) -> None:
+        total_grad_norm(grads, True)
+
+    return bare, driven, lambda: None
+
+
+def per_step_us(fn: Callable[[int], None], first: int, steps: int) -> float:
+    started = time.thread_time_ns()
+    for step in range(first, first + steps):
+        fn(step)
+    return (time.thread_time_ns() - started) / steps / 1e3
+
+
+def measure(name: str, build: Any, base: Path, steps: int, rounds: int) -> tuple[float, float]:
+    bare, driven, close = build(base)
+    step = 1
+    for _ in range(2):  # warm-up: first enqueues, lazy imports
+        per_step_us(driven, step, steps)
+        step += steps
+    costs: list[float] = []
+    bares: list[float] = []
+    for _ in range(rounds):
+        b = per_step_us(bare, step, steps)
+        d = per_step_us(driven, step, steps)
+        step += steps
+        costs.append(d - b)
+        bares.append(b)
+    close()
+    return statistics.median(costs), statistics.median(bares)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=15)
+    options = parser.parse_args()
+    torch.set_num_threads(1)
+    drivers = {
+        "transformers": transformers_driver,
+        "lightning": lightning_driver,
+        "accelerate": accelerate_driver,
+        "  (grad norm)": grad_norm_alone,
+    }
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
+    print("training-thread CPU time per step (thread_time), median of paired rounds")
+    print(f"{'driver':<14}{'µs/step (driver)':>18}{'µs/step (bare)':>16}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, build in drivers.items():
+            cost, bare = measure(name, build, Path(tmp), options.steps, options.rounds)
+            print(f"{name:<14}{cost:>18.1f}{bare:>16.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Drivers that attach trainmon's instrumentation to training frameworks."""

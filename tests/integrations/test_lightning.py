@@ -1,0 +1,143 @@
+"""The Lightning driver: a real Trainer fitting a small MLP, read back with TensorBoard's reader
+and ``read_journal`` and compared with Lightning's own CSVLogger and ``callback_metrics``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import SCRIPTS, journal_steps, tensorboard_scalars
+
+pytest.importorskip("trainmon.integrations.lightning")
+sys.path.insert(0, str(SCRIPTS))
+import lightning_worker
+
+PARTS = (
+    "perf/data_ms",
+    "perf/forward_ms",
+    "perf/backward_inner_ms",
+    "perf/optimizer_ms",
+    "perf/comm_ms",
+)
+
+
+def check_logged_like_lightning(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """What ``self.log`` logged (Lightning's CSVLogger rows) is in the journal and TensorBoard
+    with the same values, at the trainer's global step (the CSV's step + 1); the last values
+    are ``trainer.callback_metrics``."""
+    journal = journal_steps(out / "job")
+    board = tensorboard_scalars(out / "tb" / "job")
+    rows = list(csv.DictReader((out / "csv/lightning/version_0/metrics.csv").open()))
+    compared = 0
+    for row in rows:
+        step = int(row["step"]) + 1
+        for name in ("train_loss", "val_loss"):
+            if row.get(name):
+                assert journal[step][name] == float(row[name]), (name, step)
+                assert board[name][step] == pytest.approx(float(row[name]), rel=1e-6)
+                compared += 1
+    assert compared >= record["global_step"]
+    last = record["global_step"]
+    for name, value in record["callback_metrics"].items():
+        assert journal[last][name] == pytest.approx(value, rel=1e-6), name
+    return journal
+
+
+@pytest.mark.slow
+def test_one_process_matches_lightning_and_times_steps(tmp_path: Path) -> None:
+    """One process: self.log values arrive at global_step as Lightning recorded them; each
+    step has a step time split into disjoint parts, a data wait of at least the collate's
+    sleep, the batch's samples over the step time, the loss and a gradient norm."""
+    record = lightning_worker.fit(tmp_path)
+    assert record["hyperparams"] == {"hidden": 32, "lr": 0.05}
+    journal = check_logged_like_lightning(tmp_path, record)
+    steps = range(1, lightning_worker.STEPS + 1)
+    times = [journal[s]["perf/step_time_ms"] for s in steps]
+    assert sum(times) <= record["wall_s"] * 1e3
+    sleep_ms = lightning_worker.DATA_SLEEP_S * 1e3
+    for s in steps:
+        values = journal[s]
+        assert sum(values[p] for p in PARTS) <= values["perf/step_time_ms"] * 1.05 + 1.0
+        assert values["perf/data_ms"] >= sleep_ms * 0.95
+        assert values["perf/samples_per_sec"] == pytest.approx(
+            lightning_worker.BATCH / (values["perf/step_time_ms"] / 1e3), rel=1e-9
+        )
+        assert values["train/loss"] == pytest.approx(values["train_loss"], rel=1e-6)
+        assert values["train/grad_norm"] > 0
+    assert statistics.median(journal[s]["perf/data_ms"] for s in steps) < sleep_ms * 2.5
+
+
+@pytest.mark.slow
+def test_an_alert_stop_sets_should_stop(tmp_path: Path) -> None:
+    """A stop rule on a value the module logs sets trainer.should_stop: fitting ends at or after
+    the step whose value fired it, before max_steps."""
+    record = lightning_worker.fit(tmp_path, mode="stop")
+    journal = journal_steps(tmp_path / "job")
+    fired = min(s for s, v in journal.items() if v.get("train_loss", 9.0) < 2.0)
+    assert fired <= record["global_step"] < lightning_worker.STEPS
+
+
+@pytest.mark.slow
+def test_a_failing_fit_still_closes_and_keeps_its_steps(tmp_path: Path) -> None:
+    """When training_step raises, Lightning calls finalize("failed"): the monitor is closed
+    (its background thread is gone) and the steps done before the error are in the journal."""
+    with pytest.raises(RuntimeError, match="on purpose"):
+        lightning_worker.fit(tmp_path, mode="fail")
+    assert not [t for t in threading.enumerate() if t.name == "trainmon-pipeline"]
+    journal = journal_steps(tmp_path / "job")
+    timed = sorted(s for s, v in journal.items() if "perf/step_time_ms" in v)
+    assert timed == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_two_processes_with_lightning_ddp(tmp_path: Path) -> None:
+    """Lightning's own ddp on the CPU (it re-runs the script for rank 1 without RANK): rank 0
+    writes what Lightning recorded, with statistics gathered from both ranks."""
+    script = SCRIPTS / "lightning_worker.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "2"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "terminate called" not in output and "cross-rank statistics stopped" not in output
+    record = json.loads((tmp_path / "lightning.json").read_text())
+    journal = check_logged_like_lightning(tmp_path, record)
+    crossed = [v for v in journal.values() if "perf/step_time_ms/max" in v]
+    assert len(crossed) == lightning_worker.STEPS // 5
+    for values in crossed:
+        assert values["perf/job_samples_per_sec"] > values["perf/samples_per_sec/max"]
+        assert values["mem/rss_mb/argmax_rank"] in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("lightning_status", "status"), [("success", "success"), ("failed", "failed")]
+)
+def test_finalize_passes_lightnings_status_to_the_writers(
+    lightning_status: str, status: str
+) -> None:
+    """Lightning's ``finalize("failed")`` ends the run as failed in every writer (what MLflow
+    and W&B record), read back from trainmon.testing.MemoryWriter."""
+    from trainmon.integrations.lightning import TrainmonLogger
+    from trainmon.testing import MemoryWriter
+    from trainmon.writers import register_writer, unregister_writer
+
+    built: list[MemoryWriter] = []
+    register_writer("test-lightning-memory", lambda: built.append(MemoryWriter()) or built[-1])
+    try:
+        config = {"console": {"enabled": False}, "writers": [{"class": "test-lightning-memory"}]}
+        logger = TrainmonLogger(config)
+        logger.log_metrics({"train/loss": 0.5}, step=1)
+        logger.finalize(lightning_status)
+    finally:
+        unregister_writer("test-lightning-memory")
+    assert [(w.status, w.values("train/loss")) for w in built] == [(status, [(1, 0.5)])]

@@ -1,0 +1,127 @@
+"""A small MLP fitted by Lightning with trainmon's logger and callback (one process or CPU ddp).
+
+Usage: lightning_worker.py OUT_DIR DEVICES [stop]. Lightning's CSVLogger runs beside
+trainmon's logger as the framework's own record; rank 0 writes ``trainer.callback_metrics``
+and the wall time of ``fit`` to OUT_DIR/lightning.json. Each batch's collate sleeps
+DATA_SLEEP_S.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainmon.integrations.lightning import PACKAGE, TrainmonCallback, TrainmonLogger
+
+pl: Any = __import__(PACKAGE, fromlist=["Trainer"])
+CSVLogger: Any = __import__(PACKAGE + ".loggers", fromlist=["CSVLogger"]).CSVLogger
+
+DATA_SLEEP_S = 0.01
+STEPS = 20
+BATCH = 8
+
+
+class Net(pl.LightningModule):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters({"hidden": 32, "lr": 0.05})
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+        )
+
+    fail_at: int | None = None
+
+    def training_step(self, batch: Any, idx: int) -> Any:
+        if self.global_step == self.fail_at:
+            raise RuntimeError(f"failing at step {self.global_step} on purpose")
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def collate(rows: list[Any]) -> Any:
+    time.sleep(DATA_SLEEP_S)
+    return torch.utils.data.default_collate(rows)
+
+
+def loader(n: int, seed: int) -> Any:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 16, generator=g)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    return torch.utils.data.DataLoader(data, batch_size=BATCH, collate_fn=collate)
+
+
+def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
+    """Fit 20 steps (fewer when an alert stops it); Lightning's own record of the run."""
+    torch.manual_seed(0)
+    config: dict[str, Any] = {
+        "steps_per_print": 5,
+        "wall_clock_breakdown": True,
+        "tensorboard": {"enabled": True, "output_path": str(out / "tb"), "job_name": "job"},
+        "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
+    }
+    if mode == "stop":
+        config["alerts"] = {
+            "rules": [
+                {
+                    "name": "good-enough",
+                    "metric": "train_loss",
+                    "op": "<",
+                    "threshold": 2.0,
+                    "action": "stop",
+                }
+            ],
+            "sinks": [],
+        }
+    logger = TrainmonLogger(config)
+    trainer = pl.Trainer(
+        max_steps=STEPS,
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        logger=[logger, CSVLogger(str(out / "csv"), name="lightning", version=0)],
+        callbacks=[TrainmonCallback(logger=logger)],
+        log_every_n_steps=1,
+        val_check_interval=10,
+        limit_val_batches=2,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
+    net = Net()
+    if mode == "fail":
+        net.fail_at = 5
+    started = time.perf_counter()
+    trainer.fit(net, loader(STEPS * BATCH * devices, 0), loader(2 * BATCH, 1))
+    wall_s = time.perf_counter() - started
+    return {
+        "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "global_step": trainer.global_step,
+        "wall_s": wall_s,
+        "rank": trainer.global_rank,
+        "hyperparams": logger.hyperparams,
+    }
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    record = fit(out, int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "plain")
+    if record["rank"] == 0:
+        (out / "lightning.json").write_text(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()
