@@ -4,6 +4,9 @@
 imports its SDK only when it is enabled.
 """
 
+from trainmon.aggregate import MetricStats, WindowStats
+from trainmon.alerts.model import Alert
+from trainmon.callbacks import Callback
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.engine import TrainmonEngine, initialize
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
@@ -15,7 +18,10 @@ from trainmon.version import __version__
 from trainmon.writers.base import NullWriter, Writer
 
 __all__ = [
+    "Alert",
+    "Callback",
     "ConfigError",
+    "MetricStats",
     "MissingExtraError",
     "Monitor",
     "NullWriter",
@@ -24,6 +30,7 @@ __all__ = [
     "TrainmonConfig",
     "TrainmonEngine",
     "TrainmonError",
+    "WindowStats",
     "Writer",
     "__version__",
     "attach",

@@ -1,49 +1,14 @@
 """Per-collective counts, sizes, latency and bandwidth: DeepSpeed's ``comms_logger``, done properly.
 
-:class:`CommsLogger` replaces the collectives on ``torch.distributed`` (and on
-``torch.distributed.distributed_c10d``, where torch's own helpers look them up) with wrappers
-that time each call and call the original. What the training thread pays per call is two clock
-reads, a message-size read and one ``list.append``; everything else — turning device events
-into milliseconds, per-op aggregation, the ``verbose`` lines — happens later, on the monitor's
-background thread (through :class:`~trainmon.values.Deferred` values) or when
-:meth:`CommsLogger.stats` / :meth:`CommsLogger.log_summary` are asked for.
-
-How a call is timed, without ever synchronising the device on the caller:
-
-* CPU tensors (gloo), ``async_op=False``: the call returns when the collective is done, so
-  ``time.perf_counter`` around it is the latency.
-* CPU tensors, ``async_op=True``: a done-callback on ``work.get_future()`` reads the clock when
-  the collective completes, so the latency runs to completion, not to the enqueue. A backend
-  whose ``Work`` has no future (gloo's point-to-point ``Work``) records the enqueue time only.
-* CUDA tensors (NCCL): ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream
-  before and after the call (for ``async_op=True``, the end event is recorded from the future's
-  done-callback, which torch runs on streams that wait for the collective). The background
-  thread synchronises the end event and reads ``elapsed_time``.
-
-Differences from DeepSpeed, on purpose:
-
-* ``enabled: false`` means off: no per-op statistics, no ``comm/`` metrics, no log lines.
-  :meth:`CommsLogger.install` still times every collective (``prof_all``/``prof_ops`` then do
-  not apply) so that ``perf/comm_ms`` of ``wall_clock_breakdown`` works without the logger.
-* The message size is this rank's shard for the sharded collectives: the input of
-  ``all_gather``/``all_gather_into_tensor`` (as DeepSpeed) and the output of
-  ``reduce_scatter``/``reduce_scatter_tensor``, which is the size ``calc_bw_log``'s
-  ``size *= n`` assumes. DeepSpeed takes reduce-scatter's whole input, so its reduce-scatter
-  bandwidths come out ``n`` times too high.
-* The group size is that of the ``group`` argument, not always the world size.
-* Average bandwidth is bytes moved over total time (the bandwidth at the mean latency), not a
-  10 %-trimmed mean of per-call bandwidths, so no per-call list is kept for the whole run.
-* ``verbose`` lines are written on rank 0 by the background thread as each step is handed
-  over, not by the training thread inside the collective.
-
-Calls are held until :meth:`CommsLogger.take_step_comm_ms` hands them over, so call it once
-per step (the engine does) even when ``perf/comm_ms`` is not wanted.
-
-Not covered: ``isend``/``irecv`` (blocking ``send``/``recv`` are timed; they wait inside),
-ops issued inside ``torch.distributed._coalescing_manager`` (timed at enqueue), functional
-collectives used by ``torch.compile``, collectives on devices other than the CPU and CUDA
-(timed on the host, so possibly at enqueue), and callers that bound a collective to a local
-name (``from torch.distributed import all_reduce``) before :meth:`CommsLogger.install`.
+:class:`CommsLogger` wraps the collectives on ``torch.distributed`` (and on
+``distributed_c10d``, where torch's own helpers look them up). The training thread pays two
+clock reads, a size read and one ``list.append`` per call; device events are turned into
+milliseconds, aggregated and printed later on the monitor's background thread (through
+:class:`~trainmon.values.Deferred` values). Nothing synchronises the device on the caller: CPU
+calls are timed around the call or by a done-callback on the work's future, CUDA calls with
+timing events read in the background. Calls are held until
+:meth:`CommsLogger.take_step_comm_ms` hands them over, so call it once per step (the engine
+does). What differs from DeepSpeed and what is not covered is in the README ("Many ranks").
 """
 
 from __future__ import annotations

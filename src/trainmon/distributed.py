@@ -55,14 +55,9 @@ def discover(env: Mapping[str, str] | None = None) -> ProcessPlace:
     return ProcessPlace()
 
 
-def writes_on(place: ProcessPlace) -> bool:
-    """The default rank policy: only rank 0 writes."""
-    return place.rank == 0
-
-
 def writes_on_rank(place: ProcessPlace, per_rank_output: bool) -> bool:
     """Rank 0 writes; with per-rank output every rank does (each into its own folder)."""
-    return per_rank_output or writes_on(place)
+    return per_rank_output or place.rank == 0
 
 
 # ---- cross-rank statistics ------------------------------------------------------------------

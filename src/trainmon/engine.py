@@ -67,7 +67,8 @@ from trainmon.extras import require
 from trainmon.instrument import StepInstrument
 from trainmon.instrument.gradnorm import grad_norm, norm_value
 from trainmon.logging import get_logger
-from trainmon.monitor import Monitor
+from trainmon.monitor import Monitor, run_status
+from trainmon.writers.base import RunStatus
 
 if TYPE_CHECKING:
     import torch
@@ -646,8 +647,9 @@ class TrainmonEngine:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Log the collective summary, restore torch.distributed, close the engine's monitor.
+    def close(self, status: RunStatus = "success") -> None:
+        """Log the collective summary, restore torch.distributed, close the engine's monitor
+        (telling its writers ``status``, see :meth:`Monitor.close`).
 
         A monitor passed to :func:`initialize` is left open for its owner. Idempotent.
         """
@@ -656,7 +658,7 @@ class TrainmonEngine:
         self._closed = True
         self.instrument.close()
         if self._owns_monitor:
-            self.monitor.close()
+            self.monitor.close(status)
 
     def __enter__(self) -> TrainmonEngine:
         return self
@@ -667,7 +669,7 @@ class TrainmonEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(run_status(exc))
 
     def __repr__(self) -> str:
         return (

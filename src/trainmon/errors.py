@@ -41,3 +41,9 @@ def did_you_mean(
     or ``""`` when none is close: the hint every "unknown key or value" error carries."""
     hint = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=cutoff)
     return f"{start}did you mean {hint[0]!r}?{end}" if hint else ""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none): what a one-line
+    warning quotes, leaving the rest (an SDK's multi-line dump) to the debug log."""
+    return (str(exc).strip().splitlines() or [""])[0]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.callbacks import Callback, as_callback, has_hook
 from trainmon.checkpoint import (
     MONITOR_STATE_FORMAT,
     MONITOR_STATE_VERSION,
@@ -54,7 +55,7 @@ from trainmon.values import (
     plain_number,
 )
 from trainmon.writers import build_writers
-from trainmon.writers.base import Writer, WriterGroup
+from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
 
 if TYPE_CHECKING:
     from trainmon.layer_stats import LayerWatcher
@@ -110,7 +111,8 @@ class Monitor:
         self._unwritable = 0
         self._warned_unusable: set[str] = set()
         self._pid = os.getpid()
-        self.callbacks: list[Any] = []
+        self.callbacks: list[Callback] = []
+        self._step_callbacks: list[Callback] = []
         self._stop_reason: str | None = None
         if self.alerts is not None:
             self.alerts.start(self)
@@ -384,24 +386,23 @@ class Monitor:
 
     # ---- callbacks and stopping ------------------------------------------------------------
 
-    def add_callback(self, callback: Any) -> None:
-        """Call ``callback``'s hooks: ``on_step_end(engine, step)`` on the training thread after
-        each optimizer step (the engine calls it), ``on_window_end(stats)`` and
-        ``on_alert(alert)`` on the background thread. Any of the three may be missing."""
-        hooks = ("on_step_end", "on_window_end", "on_alert")
-        if not any(callable(getattr(callback, hook, None)) for hook in hooks):
-            raise TypeError(f"add_callback: {callback!r} has none of {', '.join(hooks)}")
+    def add_callback(self, callback: Callback) -> None:
+        """Call ``callback``'s hooks (see :class:`trainmon.Callback`): ``on_step_end`` on the
+        training thread after each optimizer step, ``on_window_end`` and ``on_alert`` on the
+        background thread. A plain object with at least one of the three methods is accepted
+        too (TypeError otherwise)."""
+        callback = as_callback(callback)
         self.callbacks = [*self.callbacks, callback]
-        if callable(getattr(callback, "on_window_end", None)):
+        if has_hook(callback, "on_step_end"):
+            self._step_callbacks = [*self._step_callbacks, callback]
+        if has_hook(callback, "on_window_end"):
             self._pipeline.add_observer(_WindowCallback(callback))
 
     def step_end(self, engine: Any, step: int) -> None:
         """Run the ``on_step_end`` callbacks, then raise :class:`TrainingStopped` if an alert
         asked to stop. The engine calls this after each optimizer step; a plain loop may too."""
-        for callback in self.callbacks:
-            hook = getattr(callback, "on_step_end", None)
-            if hook is not None:
-                hook(engine, step)
+        for callback in self._step_callbacks:
+            callback.on_step_end(engine, step)
         self.raise_if_stopped()
 
     def request_stop(self, reason: str) -> None:
@@ -584,17 +585,23 @@ class Monitor:
         """Return once every earlier event is written and flushed by every writer."""
         return self._pipeline.flush(timeout)
 
-    def close(self) -> None:
+    def close(self, status: RunStatus = "success") -> None:
         """Write out everything and close the writers and alert sinks, within
         ``trainmon.close_timeout_s`` in all; one warning lists what was not delivered.
-        Safe to call more than once."""
+        ``status`` ("success", "failed" or "aborted") is how the run ended, recorded by the
+        writers that keep one (MLflow's run status, W&B's exit code); ``with Monitor(...)``
+        derives it from the exception leaving the block. Safe to call more than once."""
+        if status not in RUN_STATUSES:
+            raise ValueError(
+                f"Monitor.close(status={status!r}): expected one of {', '.join(RUN_STATUSES)}"
+            )
         if self._closed:
             return
         self._closed = True
         if self._unusable is None:
             self._unusable = "closed"
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
-        lost = self._pipeline.close(deadline)
+        lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:
             # after the final gather: a gloo group left to interpreter exit could abort it
             self._reducer.close()
@@ -621,7 +628,7 @@ class Monitor:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(run_status(exc))
 
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
@@ -653,7 +660,7 @@ def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRan
 class _WindowCallback(Observer):
     """Calls a user's ``on_window_end(stats)`` from the background thread."""
 
-    def __init__(self, callback: Any) -> None:
+    def __init__(self, callback: Callback) -> None:
         self._callback = callback
 
     def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
@@ -667,11 +674,26 @@ _live: weakref.WeakSet[Monitor] = weakref.WeakSet()
 _hooks_installed = False
 
 
-def close_all() -> None:
-    """Close every open monitor (run at interpreter exit and on SIGTERM)."""
+def run_status(exc: BaseException | None) -> RunStatus:
+    """How a run ended, from the exception that ended it (None: it did not raise):
+    interrupts, ``SystemExit`` with a non-zero code and :class:`TrainingStopped` are
+    ``"aborted"``, any other exception ``"failed"``."""
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return "success"
+    if isinstance(exc, KeyboardInterrupt | SystemExit | TrainingStopped):
+        return "aborted"
+    return "failed"
+
+
+def close_all(status: RunStatus | None = None) -> None:
+    """Close every open monitor (run at interpreter exit and on SIGTERM). Without ``status``,
+    a process ending on an uncaught exception (``sys.last_exc``, set by the interpreter when
+    it printed it) closes its monitors as failed."""
+    if status is None:
+        status = run_status(getattr(sys, "last_value", None))
     for monitor in list(_live):
         try:
-            monitor.close()
+            monitor.close(status)
         except Exception:
             _log.warning("closing %r failed", monitor, exc_info=True)
 
@@ -682,7 +704,7 @@ def _after_fork_in_child() -> None:
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    close_all()
+    close_all("aborted")
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -37,7 +37,7 @@ from trainmon.values import (
     plain_number,
     resolve_tensors,
 )
-from trainmon.writers.base import Writer, WriterGroup
+from trainmon.writers.base import RunStatus, Writer, WriterGroup
 from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
 _log = get_logger("pipeline")
@@ -112,6 +112,7 @@ class Pipeline:
         )
         self.reducer = reducer
         self._observers: list[Observer] = []
+        self._status: RunStatus = "success"  # how the run ended, told to the writers at close
         self.aggregator = aggregator or WindowAggregator(
             self.config.window_steps or 10, self.config.window_seconds
         )
@@ -200,14 +201,16 @@ class Pipeline:
         assert request.barrier is not None
         return request.barrier.wait(deadline, self.config.full_wait_s)
 
-    def close(self, deadline: float | None = None) -> dict[str, int]:
-        """Write and flush everything queued, close the writers, stop the threads, waiting at
-        most until ``deadline`` (``time.monotonic()``; default ``close_timeout_s`` from now).
+    def close(self, deadline: float | None = None, status: RunStatus = "success") -> dict[str, int]:
+        """Write and flush everything queued, close the writers (telling them ``status``), stop
+        the threads, waiting at most until ``deadline`` (``time.monotonic()``; default
+        ``close_timeout_s`` from now).
         Returns what was not delivered: ``{"queue": n}`` for events dropped on a full queue and
         ``{writer: n}`` for values a writer missed or had not written by then. Idempotent."""
         if deadline is None:
             deadline = time.monotonic() + self.config.close_timeout_s
         if not self._closed:
+            self._status = status
             self._closed = True
             self._stopping = True
             self._wakeup.set()
@@ -215,7 +218,7 @@ class Pipeline:
             return {}
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            self.writers.close()  # the background thread is stuck: close the lanes anyway
+            self.writers.close(status)  # the background thread is stuck: close the lanes anyway
         self.writers.join(deadline)
         return self.undelivered()
 
@@ -271,7 +274,7 @@ class Pipeline:
                 observer.close()
             except Exception:
                 self._count_internal_error(f"{type(observer).__name__}.close failed")
-        self.writers.close()
+        self.writers.close(self._status)
 
     def _drain(self) -> None:
         queue = self._queue

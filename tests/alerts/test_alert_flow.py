@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import threading
@@ -18,8 +17,6 @@ import trainmon
 from trainmon.aggregate import WindowStats
 from trainmon.alerts.model import Alert
 from trainmon.distributed import ProcessPlace
-
-SINKS_AVAILABLE = importlib.util.find_spec("trainmon.alerts.sinks") is not None
 
 
 class Inbox:
@@ -56,7 +53,7 @@ def config_for(tmp_path: Path, rules: list[dict[str, Any]], **extra: Any) -> dic
         "steps_per_print": 10,
         "console": {"enabled": False},
         "jsonl": {"enabled": True, "output_path": str(tmp_path), "job_name": "job"},
-        "alerts": {"rules": rules, "sinks": [{"type": "file"}] if SINKS_AVAILABLE else []},
+        "alerts": {"rules": rules, "sinks": [{"type": "file"}]},
     }
     config.update(extra)
     return config
@@ -76,9 +73,8 @@ def read_back(tmp_path: Path, inbox: Inbox) -> Seen:
                 if name.startswith("alerts/"):
                     metrics.setdefault(name, []).append((record["step"], value))
     filed = []
-    if SINKS_AVAILABLE:
-        lines = (tmp_path / "job" / "alerts.jsonl").read_text().splitlines()
-        filed = [json.loads(line) for line in lines if line.strip()]
+    lines = (tmp_path / "job" / "alerts.jsonl").read_text().splitlines()
+    filed = [json.loads(line) for line in lines if line.strip()]
     return Seen(inbox.alerts, metrics, filed, journal)
 
 
@@ -104,9 +100,8 @@ def run(
 
 def assert_filed_like_callbacks(seen: Seen) -> None:
     """The file sink holds the same alerts, in the same order, as on_alert got."""
-    if SINKS_AVAILABLE:
-        got = [(a["rule"], a["state"], a["step"], a["message"]) for a in seen.filed]
-        assert got == [(a.rule, a.state, a.step, a.message) for a in seen.alerts]
+    got = [(a["rule"], a["state"], a["step"], a["message"]) for a in seen.filed]
+    assert got == [(a.rule, a.state, a.step, a.message) for a in seen.alerts]
 
 
 def test_threshold_fires_after_for_steps_and_resolves(tmp_path: Path) -> None:
@@ -160,8 +155,7 @@ def test_a_non_finite_loss_rule_is_critical_unless_it_says_otherwise(tmp_path: P
     seen = run(tmp_path, rules, steps)
     severity = {a.rule: a.severity for a in seen.alerts}
     assert severity == {"loss-nan": "critical", "norm-nan": "warning", "eval-nan": "info"}
-    if SINKS_AVAILABLE:
-        assert {a["rule"]: a["severity"] for a in seen.filed} == severity
+    assert {a["rule"]: a["severity"] for a in seen.filed} == severity
 
 
 def test_loss_spike_against_the_rolling_median(tmp_path: Path) -> None:
@@ -391,28 +385,3 @@ def test_seed_alarm_callback_works_unchanged(tmp_path: Path, capsys: Any) -> Non
             engine.step()
     alarms = [line for line in capsys.readouterr().out.splitlines() if "[ALARM]" in line]
     assert [line.split()[1] for line in alarms] == ["step=2", "step=3", "step=4"]
-
-
-def test_without_the_sinks_module_alerts_are_logged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trainmon_logs: list[Any]
-) -> None:
-    """When trainmon.alerts.sinks cannot be found, each alert is one trainmon log line."""
-    import trainmon.alerts.engine as engine_module
-
-    real_find_spec = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any) -> Any:
-        return None if name == engine_module.SINKS_MODULE else real_find_spec(name, *args)
-
-    monkeypatch.setattr(engine_module.importlib.util, "find_spec", find_spec)
-    rules = [{"name": "loss-nan", "metric": "train/loss", "kind": "non_finite"}]
-    with trainmon.Monitor(config_for(tmp_path, rules)) as monitor:
-        assert monitor.alerts is not None
-        assert isinstance(monitor.alerts.dispatcher, engine_module.LogDispatcher)
-        monitor.log({"train/loss": math.nan}, step=1)
-        monitor.log({"train/loss": 1.0}, step=2)
-    lines = [r.getMessage() for r in trainmon_logs if r.name == "trainmon.alerts"]
-    assert lines == [
-        "alert loss-nan firing: train/loss = NaN at step 1, not a finite number",
-        "alert loss-nan resolved: train/loss = 1 at step 2, again a finite number",
-    ]

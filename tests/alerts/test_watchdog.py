@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -19,7 +18,6 @@ from trainmon.alerts.model import Alert
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.config import AlertRuleConfig
 
-SINKS_AVAILABLE = importlib.util.find_spec("trainmon.alerts.sinks") is not None
 WORKER = Path(__file__).resolve().parent.parent / "scripts" / "stall_worker.py"
 
 
@@ -215,13 +213,10 @@ def worker_line(marker_function: str) -> int:
     return next(n + 1 for n, src in enumerate(lines) if n > start and "must name this" in src)
 
 
-def alerts_delivered(out: Path, stderr: str) -> list[dict[str, Any]]:
-    """Alerts in the file sink, or (without the sinks module) parsed from the log lines."""
-    if SINKS_AVAILABLE:
-        lines = (out / "job" / "alerts.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-    found = re.findall(r"alert hang (firing|resolved): (.*)", stderr)
-    return [{"state": state, "message": message} for state, message in found]
+def alerts_delivered(out: Path) -> list[dict[str, Any]]:
+    """Alerts in the file sink's ``alerts.jsonl``."""
+    lines = (out / "job" / "alerts.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 @pytest.mark.slow
@@ -234,22 +229,21 @@ def test_process_stuck_in_a_blocking_call_is_reported(
     """A training loop stuck 2.5 s in time.sleep or Event.wait gets a stack file naming the
     blocking line, a critical stall alert pointing at it, a resolved alert when it resumes,
     and alerts/hang = 1 then 0 in the journal."""
-    result = run_worker(tmp_path, mode)
+    run_worker(tmp_path, mode)
     stacks = sorted((tmp_path / "job").glob("stacks-rank0-*.txt"))
     assert len(stacks) == 1
     text = stacks[0].read_text()
     assert f'stall_worker.py", line {worker_line(function)} in {function}' in text
     assert "MainThread" in text
-    alerts = alerts_delivered(tmp_path, result.stderr)
+    alerts = alerts_delivered(tmp_path)
     assert [a["state"] for a in alerts] == ["firing", "resolved"]
     assert str(stacks[0]) in alerts[0]["message"]
     assert "no training step on rank 0 for 0.5" in alerts[0]["message"]
     resumed = re.search(r"resumed on rank 0 at step (\d+) after 2\.\d+ s", alerts[1]["message"])
     assert resumed is not None and 21 <= int(resumed.group(1)) <= 23  # seen at the next poll
-    if SINKS_AVAILABLE:
-        assert alerts[0]["severity"] == "critical"
-        assert alerts[0]["details"]["stack_file"] == str(stacks[0])
-        assert alerts[0]["step"] == 20
+    assert alerts[0]["severity"] == "critical"
+    assert alerts[0]["details"]["stack_file"] == str(stacks[0])
+    assert alerts[0]["step"] == 20
     hang = [
         (r["step"], r["values"]["alerts/hang"])
         for r in trainmon.read_journal(tmp_path / "job")
@@ -261,14 +255,13 @@ def test_process_stuck_in_a_blocking_call_is_reported(
 @pytest.mark.slow
 def test_process_stall_by_multiple_of_median_step_interval(tmp_path: Path) -> None:
     """With only "multiple": 5 and 20 ms steps, a 2.5 s stall fires after about 0.1 s."""
-    result = run_worker(tmp_path, "multiple")
-    alerts = alerts_delivered(tmp_path, result.stderr)
+    run_worker(tmp_path, "multiple")
+    alerts = alerts_delivered(tmp_path)
     assert [a["state"] for a in alerts] == ["firing", "resolved"]
-    if SINKS_AVAILABLE:
-        details = alerts[0]["details"]
-        assert 0.015 <= details["median_step_interval_s"] <= 0.06
-        assert details["limit_s"] == pytest.approx(5 * details["median_step_interval_s"])
-        assert details["seconds_since_step"] < 1.0
+    details = alerts[0]["details"]
+    assert 0.015 <= details["median_step_interval_s"] <= 0.06
+    assert details["limit_s"] == pytest.approx(5 * details["median_step_interval_s"])
+    assert details["seconds_since_step"] < 1.0
 
 
 @pytest.mark.slow

@@ -117,3 +117,27 @@ def test_two_processes_with_lightning_ddp(tmp_path: Path) -> None:
     for values in crossed:
         assert values["perf/job_samples_per_sec"] > values["perf/samples_per_sec/max"]
         assert values["mem/rss_mb/argmax_rank"] in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("lightning_status", "status"), [("success", "success"), ("failed", "failed")]
+)
+def test_finalize_passes_lightnings_status_to_the_writers(
+    lightning_status: str, status: str
+) -> None:
+    """Lightning's ``finalize("failed")`` ends the run as failed in every writer (what MLflow
+    and W&B record), read back from trainmon.testing.MemoryWriter."""
+    from trainmon.integrations.lightning import TrainmonLogger
+    from trainmon.testing import MemoryWriter
+    from trainmon.writers import register_writer, unregister_writer
+
+    built: list[MemoryWriter] = []
+    register_writer("test-lightning-memory", lambda: built.append(MemoryWriter()) or built[-1])
+    try:
+        config = {"console": {"enabled": False}, "writers": [{"class": "test-lightning-memory"}]}
+        logger = TrainmonLogger(config)
+        logger.log_metrics({"train/loss": 0.5}, step=1)
+        logger.finalize(lightning_status)
+    finally:
+        unregister_writer("test-lightning-memory")
+    assert [(w.status, w.values("train/loss")) for w in built] == [(status, [(1, 0.5)])]

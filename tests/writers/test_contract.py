@@ -39,6 +39,7 @@ from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.config import CometConfig, MlflowConfig, PrometheusConfig, WandbConfig
 from trainmon.events import StepScalars
 from trainmon.journal import read_journal
+from trainmon.testing import MemoryWriter
 from trainmon.writers import Writer, WriterGroup, register_writer, unregister_writer
 from trainmon.writers.console import format_value
 from trainmon.writers.custom import build_custom_writer
@@ -349,32 +350,10 @@ def _comet(folder: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
         yield Harness(lambda: CometWriter(section), read, visible_after_flush=False)
 
 
-class MemoryWriter(Writer):
-    """A user's writer: keeps every record in memory."""
-
-    kind = "memory"
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.records: list[StepScalars] = []
-        self.visible: list[StepScalars] = []
-        self.closed = 0
-
-    def write(self, records: Sequence[StepScalars]) -> None:
-        self.records.extend(records)
-
-    def flush(self) -> None:
-        self.visible = list(self.records)
-
-    def close(self) -> None:
-        self.flush()
-        self.closed += 1
-
-
 def _custom(folder: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
     def read(writer: Writer) -> History:
         assert isinstance(writer, MemoryWriter)
-        return {r.step: {k: float(v) for k, v in r.values.items()} for r in writer.visible}
+        return {r.step: {k: float(v) for k, v in r.values.items()} for r in writer.flushed}
 
     register_writer("contract-memory", MemoryWriter)
     try:

@@ -7,10 +7,15 @@ into an experiment of its own.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
+import os
 import socket
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -338,3 +343,54 @@ def test_log_hparams_become_run_params_and_a_changed_value_keeps_the_first(
     assert [m[:2] for m in _history(store, writer.run_id, "eval/loss")] == [(0, 0.25)]
     changed = [r for r in caplog.records if "cannot change" in r.getMessage()]
     assert len(changed) == 1 and "'lr'" in changed[0].getMessage()
+
+
+@needs_mlflow
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(None, "FINISHED"), (RuntimeError("boom"), "FAILED"), (KeyboardInterrupt(), "KILLED")],
+)
+def test_how_the_with_block_ends_is_the_runs_mlflow_status(
+    tmp_path: Path, store: str, error: BaseException | None, status: str
+) -> None:
+    """An exception leaving ``with Monitor(...)`` ends the MLflow run FAILED (KILLED for an
+    interrupt) instead of FINISHED; the values logged before it are sent either way."""
+    with contextlib.ExitStack() as stack:
+        if error is not None:
+            stack.enter_context(pytest.raises(type(error)))
+        monitor = stack.enter_context(trainmon.Monitor(_config(tmp_path, store)))
+        writer = _writer(monitor)
+        monitor.log({"train/loss": 1.5}, step=3)
+        if error is not None:
+            raise error
+    assert _run(store, writer.run_id).info.status == status
+    assert [(s, v) for s, v, _ in _history(store, writer.run_id, "train/loss")] == [(3, 1.5)]
+
+
+@needs_mlflow
+def test_a_process_dying_of_an_uncaught_exception_ends_its_mlflow_run_failed(
+    tmp_path: Path, store: str
+) -> None:
+    """Without a ``with`` block, the exit hook sees the uncaught exception and ends the run
+    FAILED (a real interpreter, so that the exception really is uncaught)."""
+    script = textwrap.dedent(
+        """
+        import json, sys, trainmon
+        monitor = trainmon.Monitor(json.loads(sys.argv[1]))
+        (writer,) = [w for w in monitor.writers if w.kind == "mlflow"]
+        print(writer.run_id, flush=True)
+        monitor.log({"train/loss": 2.0}, step=1)
+        raise RuntimeError("the training loop crashed")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(_config(tmp_path, store))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 1 and "the training loop crashed" in done.stderr
+    run_id = done.stdout.split()[0]
+    assert _run(store, run_id).info.status == "FAILED"
+    assert [(s, v) for s, v, _ in _history(store, run_id, "train/loss")] == [(1, 2.0)]

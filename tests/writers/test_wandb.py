@@ -624,3 +624,20 @@ def test_histograms_text_and_hparams_reach_the_wandb_run(wandb_env: Path, tmp_pa
         config.update(record.get("update", {}))
     assert config["lr"] == 0.001
     assert config["optimizer.name"] == "adam"
+
+
+@needs_wandb
+@pytest.mark.parametrize(
+    ("error", "exit_code"), [(RuntimeError("boom"), 1), (KeyboardInterrupt(), 255)]
+)
+def test_a_run_that_raises_ends_failed_or_aborted_in_wandb(
+    wandb_env: Path, tmp_path: Path, error: BaseException, exit_code: int
+) -> None:
+    """An exception leaving ``with Monitor(...)`` finishes the W&B run with a non-zero exit
+    code (1 failed, 255 aborted) instead of 0, and the values logged before it are there."""
+    with pytest.raises(type(error)), trainmon.Monitor(_config(tmp_path)) as monitor:
+        monitor.log({"train/loss": 1.5}, step=1)
+        raise error
+    run = read_run(_only_run_dir(wandb_env))
+    assert run.of_type("exit") == [{"exit_code": exit_code}]
+    assert run.history() == [(1, {"train/loss": 1.5})]

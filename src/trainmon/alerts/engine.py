@@ -24,7 +24,7 @@ the end of the next ``on_records``).
 
 Each alert goes, in this order, to a stop request (``"action": "stop"``, firing only), to the
 sinks (``trainmon.alerts.sinks.build_dispatcher``: queued for the sinks' own threads; only on
-ranks that write; when that module is missing, to the ``trainmon`` logger instead), and to the
+ranks that write), and to the
 ``on_alert(alert)`` hook of every callback added with ``Monitor.add_callback`` — called on
 the thread that raised the alert (the pipeline's thread for rules, the watchdog's for stalls).
 """
@@ -32,8 +32,6 @@ the thread that raised the alert (the pipeline's thread for rules, the watchdog'
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import math
 import time
 import weakref
@@ -70,7 +68,6 @@ _log = get_logger("alerts")
 
 ALERT_METRIC_PREFIX = "alerts/"
 """Every rule writes ``alerts/<name>``: 1 at each firing alert, 0 when resolved."""
-SINKS_MODULE = "trainmon.alerts.sinks"
 DISPATCH_CLOSE_TIMEOUT_S = 10.0
 
 
@@ -82,33 +79,13 @@ class Dispatcher(Protocol):
     def close(self, timeout: float = ...) -> None: ...
 
 
-class LogDispatcher:
-    """Delivery when the sinks module is not there: each alert is one ``trainmon`` log line."""
-
-    _LEVELS: Mapping[str, int] = {"info": 20, "warning": 30, "critical": 40}
-
-    def submit(self, alert: Alert) -> None:
-        """Log the alert's message (critical as ERROR, resolved as INFO)."""
-        level = 20 if alert.state == "resolved" else self._LEVELS.get(alert.severity, 30)
-        _log.log(level, "alert %s %s: %s", alert.rule, alert.state, alert.message)
-
-    def close(self, timeout: float = 0.0) -> None:
-        """Nothing is queued."""
-
-
 def build_dispatcher(
     sinks: Sequence[Mapping[str, Any]], *, run_dir: Path | None, job: str, rank: int
 ) -> Dispatcher:
-    """The sinks module's dispatcher for ``alerts.sinks``, or a :class:`LogDispatcher` while
-    that module does not exist (an import error inside it is a bug, and is raised)."""
-    if importlib.util.find_spec(SINKS_MODULE) is None:
-        _log.debug("%s is not available: alerts are logged", SINKS_MODULE)
-        return LogDispatcher()
-    module: Any = importlib.import_module(SINKS_MODULE)
-    dispatcher: Dispatcher = module.build_dispatcher(
-        list(sinks), run_dir=run_dir, job=job, rank=rank
-    )
-    return dispatcher
+    """The sinks' dispatcher for ``alerts.sinks`` (imported here, when there are rules)."""
+    from trainmon.alerts.sinks import build_dispatcher as build_sinks
+
+    return build_sinks(list(sinks), run_dir=run_dir, job=job, rank=rank)
 
 
 class AlertRouter:
@@ -134,11 +111,8 @@ class AlertRouter:
                     "alert %r could not be queued for the sinks", alert.rule, exc_info=True
                 )
         for callback in monitor.callbacks if monitor is not None else ():
-            hook = getattr(callback, "on_alert", None)
-            if hook is None:
-                continue
             try:
-                hook(alert)
+                callback.on_alert(alert)
             except Exception:
                 if id(callback) not in self._reported_callbacks:
                     self._reported_callbacks.add(id(callback))
@@ -333,17 +307,16 @@ class AlertSystem:
         self.job = job
         self.rank = rank
         self._evaluates = evaluates
-        self.router = AlertRouter(dispatcher)
         self.engine: AlertEngine | None = None
         self.watchdog: StallWatchdog | None = None
         self._closed = False
 
     def start(self, monitor: Monitor) -> None:
         """Watch ``monitor``: rules on its pipeline, the watchdog on its training thread."""
-        self.router = AlertRouter(self.dispatcher, monitor)
+        router = AlertRouter(self.dispatcher, monitor)
         metric_rules = [r for r in self.rules if r.kind != "stall"]
         if self._evaluates and metric_rules:
-            self.engine = AlertEngine(metric_rules, self.router.send, job=self.job, rank=self.rank)
+            self.engine = AlertEngine(metric_rules, router.send, job=self.job, rank=self.rank)
             monitor._pipeline.add_observer(self.engine)
         stall_rules = [r for r in self.rules if r.kind == "stall"]
         if stall_rules:
@@ -351,7 +324,7 @@ class AlertSystem:
                 stall_rules,
                 progress=_progress_of(monitor),
                 stack_dir=self.run_dir,
-                send=self.router.send,
+                send=router.send,
                 delivers=self.dispatcher is not None,
                 write_metric=_metric_writer(monitor) if self._evaluates else None,
                 job=self.job,

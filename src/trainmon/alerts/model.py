@@ -8,6 +8,10 @@ from typing import Any, Literal
 
 State = Literal["firing", "resolved"]
 
+ALERTS_FILE = "alerts.jsonl"
+"""The file sink's default file in the run folder, one :meth:`Alert.as_dict` line per alert
+(read back by ``summary``, ``report`` and ``tail``)."""
+
 
 @dataclass(frozen=True)
 class Alert:

@@ -1,63 +1,10 @@
-"""Alert rules: what each kind of ``alerts.rules`` entry means, and its small state machine.
+"""Alert rules: one :class:`Condition` per kind judging each value, and the small state
+machine (:class:`AlertTracker`) that turns verdicts into firing / repeated / resolved alerts.
 
-The schema (checked when the config is loaded; a bad rule is a :class:`trainmon.ConfigError`
-naming ``alerts.rules[i]``, the rule's name and the key)::
-
-    "alerts": {
-      "rules": [
-        {"name": "grad-explosion", "metric": "train/grad_norm", "op": ">", "threshold": 10.0,
-         "for_steps": 3},
-        {"name": "loss-nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"},
-        {"name": "loss-spike", "metric": "train/loss", "kind": "spike", "factor": 3.0,
-         "window": 100},
-        {"name": "slowdown", "metric": "perf/samples_per_sec", "kind": "drop", "percent": 30,
-         "window": 200},
-        {"name": "leak", "metric": "mem/peak_allocated_mb", "kind": "growth", "windows": 5},
-        {"name": "straggler", "metric": "perf/straggler_ratio", "op": ">", "threshold": 1.5},
-        {"name": "hang", "kind": "stall", "seconds": 300}
-      ],
-      "sinks": [{"type": "console"}, {"type": "file"}]
-    }
-
-Keys of every rule: ``name`` (required, unique; the rule also writes the metric
-``alerts/<name>``), ``kind`` (default ``threshold`` when ``op`` is given, else required),
-``metric`` (required, except for ``stall``), ``severity`` (``info`` / ``warning`` /
-``critical``; default ``warning``, but ``critical`` for a ``non_finite`` rule on a loss such as
-``train/loss``), ``action`` (``alert`` (default), or ``stop``: also ask the training loop to stop,
-see below), ``cooldown_s`` (default 300: while the condition lasts the alert is sent again
-after this many seconds) and ``labels`` (a mapping of strings copied into every alert).
-
-Kinds, and the keys only they take:
-
-* ``threshold``: the value compared with ``threshold`` by ``op`` (``>``, ``>=``, ``<``, ``<=``,
-  ``==``, ``!=``) holds for ``for_steps`` consecutive values (default 1).
-* ``non_finite``: the value is NaN or ±Inf (``for_steps`` as above).
-* ``spike``: the value is above ``factor`` (> 1) times the **median** of the previous
-  ``window`` values (default 100; ``"baseline": "mean"`` for their mean). It cannot fire before
-  ``min_samples`` values were seen (default ``min(10, window)``). Meant for positive metrics.
-* ``drop``: the value is more than ``percent`` % below the same kind of baseline
-  (``window``, ``baseline``, ``min_samples`` and ``for_steps`` as for ``spike``).
-* ``growth``: the metric's window mean (see ``trainmon.window_steps``) rose in each of the last
-  ``windows`` consecutive windows (default 5, so it needs ``windows + 1`` windows).
-* ``stall``: no training step for ``seconds``, or for ``multiple`` (> 1) times the recent
-  median step interval; with both, the longer of the two. See :mod:`trainmon.alerts.watchdog`.
-
-Where rules are evaluated: on the background thread of the rank that writes (rank 0 by
-default), on each logged value of the metric (``for_steps`` counts the steps at which the
-metric was logged). A metric that only exists per window — the cross-rank statistics such as
-``perf/straggler_ratio`` or ``perf/step_time_ms/max`` — is evaluated once per window on that
-window's value (``for_steps`` then counts windows). ``growth`` always works on windows.
-Values that meet a ``spike`` or ``drop`` condition are kept out of its baseline, so a lasting
-drop stays an alert instead of becoming the new normal. NaN values are skipped by
-``threshold``, ``spike`` and ``drop`` (a ``non_finite`` rule is the one that catches them).
-
-Life of an alert: it is sent once when its condition starts (state ``firing``), again after
-``cooldown_s`` while the condition lasts (details ``repeat``), and once more when it ends
-(state ``resolved``). The metric ``alerts/<name>`` is written to every writer at the step of
-each firing (1) and resolved (0) alert. ``"action": "stop"`` makes the monitor request a stop
-when the alert fires: ``Monitor.step_end`` (called by the engine after each step) raises
-:class:`trainmon.TrainingStopped` naming the rule, and a plain loop can call
-``monitor.raise_if_stopped()`` or poll ``monitor.stop_reason``.
+Conditions are pure (value in, :class:`Verdict` out) so that the engine can run them per step
+or per window alike; baselines exclude the values that met a ``spike``/``drop`` condition, so
+a lasting change stays an alert instead of becoming the new normal. The schema and the
+semantics users rely on are in the README ("Alerts and callbacks").
 """
 
 from __future__ import annotations

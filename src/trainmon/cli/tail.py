@@ -21,8 +21,9 @@ from typing import Any
 import orjson
 
 from trainmon.aggregate import MetricStats, WindowStats
+from trainmon.alerts.model import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, decode_value
-from trainmon.report.loading import ALERTS_FILE, find_journal, parse_alert_lines
+from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError
 from trainmon.report.text import alert_line
 from trainmon.writers.console import format_window

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.monitor import Monitor
+from trainmon.writers.base import RunStatus
 
 
 class LazyMonitor:
@@ -38,12 +39,13 @@ class LazyMonitor:
             monitor = self._monitor = Monitor(self.config, all_ranks_log=all_ranks_log)
         return monitor
 
-    def close(self) -> None:
-        """Flush and close a monitor built here (a given one is left to its owner); run on
-        every rank, since closing joins a final cross-rank gather. Idempotent."""
+    def close(self, status: RunStatus = "success") -> None:
+        """Flush and close a monitor built here (a given one is left to its owner), telling
+        its writers ``status``; run on every rank, since closing joins a final cross-rank
+        gather. Idempotent."""
         if self._owned and self._monitor is not None and not self._closed:
             self._closed = True
-            self._monitor.close()
+            self._monitor.close(status)
 
 
 def device_of(module: Any) -> Any:

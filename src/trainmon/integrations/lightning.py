@@ -125,7 +125,9 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
         """Flush and close the monitor (every rank); ``status`` is "success" or "failed"."""
         if status != "success":
             _log.info("Lightning run ended with status %r", status)
-        self._lazy.close()
+        self._lazy.close(
+            "success" if status == "success" else "failed" if status == "failed" else "aborted"
+        )
 
 
 class TrainmonCallback(_Callback):  # type: ignore[misc]

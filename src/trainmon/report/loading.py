@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from trainmon.alerts.model import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
 
-ALERTS_FILE = "alerts.jsonl"
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _MAX_EVENT_FILES = 10_000
 

@@ -19,6 +19,12 @@ from trainmon.logging import get_logger
 
 _log = get_logger("writers")
 
+#: How a run ended, as :meth:`Writer.finalize` is told: ``"success"``, ``"failed"`` (an
+#: exception left the ``with Monitor(...)`` block, or the process died of one) or
+#: ``"aborted"`` (KeyboardInterrupt, SIGTERM, a stop rule's TrainingStopped).
+RunStatus = Literal["success", "failed", "aborted"]
+RUN_STATUSES: tuple[RunStatus, ...] = ("success", "failed", "aborted")
+
 
 class Writer(abc.ABC):
     """Base of every backend: ``write`` a batch, ``flush`` it durably, ``close`` idempotently.
@@ -43,6 +49,11 @@ class Writer(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
+
+    def finalize(self, status: RunStatus) -> None:  # noqa: B027 - optional hook
+        """How the run ended, called once just before :meth:`close` (on the writer's own
+        thread); a service writer records it (MLflow's run status, W&B's exit code). Ignored
+        by default."""
 
     def identity(self) -> Mapping[str, Any] | None:
         """What a run resumed from a checkpoint needs to continue this writer's run (W&B's
@@ -134,8 +145,13 @@ class WriterGroup:
             except Exception:
                 self._failed(writer, "flush")
 
-    def close(self) -> None:
+    def close(self, status: RunStatus = "success") -> None:
+        """Tell each writer how the run ended (:meth:`Writer.finalize`), then close it."""
         for writer in self.writers:
+            try:
+                writer.finalize(status)
+            except Exception:
+                self._failed(writer, "finalize")
             try:
                 writer.close()
             except Exception:

@@ -31,7 +31,7 @@ from typing import Any
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, CometConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, first_line
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
@@ -149,13 +149,12 @@ def _start(comet_ml: ModuleType, section: CometConfig) -> Any:
     except Exception as exc:
         if section.online is not None or section.mode == "get":
             raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
         experiment = comet_ml.start(**{**kwargs, "online": False})
         _log.warning(
             "comet_ml.start failed (%s: %s), so the Comet experiment is logged offline to %s; "
             "upload it later with: comet upload <the experiment's .zip in that folder>",
             type(exc).__name__,
-            first_line,
+            first_line(exc),
             _offline_directory(experiment),
         )
         return experiment

@@ -1,20 +1,9 @@
-"""Progress lines: at the end of every window (``steps_per_print`` steps), one readable line.
+"""Progress lines: one readable line per window (the README shows real ones).
 
-``step 100/300 | loss 0.05105 | lr 0.002143 | grad_norm 0.2203 | 971.8 samples/s |
-step 65.85 ms (fwd 21.55 · bwd 36.58 · opt 5.80 · data 1.49 · other 0.44) | mem 315.3 MB
-(peak 315.3 MB)``
-
-Known metrics get a short label and the statistic that reads best (the window's mean for
-times, and for rates the window's work over its elapsed time; last for the learning rate and
-memory, max for peaks); ``other`` is the step time the named parts do not cover (never
-below 0), and ``comm`` is left out when the job is one process. Any other metric follows as
-``name mean``: ``train/``, ``eval/``, ``perf/`` and ``mem/`` ones first, then the rest, until
-the line reaches :data:`MAX_LINE_CHARS`; what did not fit is counted as ``+N more``. Control
-characters in names are escaped (``\\n``, ``\\x1b``) so a name cannot break or recolour the
-line. With ``per_rank_output`` every rank prints, and each line starts with ``[rank r]``.
-
-Every number goes through :func:`format_value`: at most 4 significant digits, no thousands
-separators below 10,000, and ``k``/``M``/``G``/``T`` from there on (``19.3k``).
+Each known metric gets a short label and the statistic that reads best (means for times, the
+window's work over its time for rates, last for the learning rate and memory, max for peaks).
+The line is capped at :data:`MAX_LINE_CHARS` (``+N more``) and names are escaped, so that no
+metric set can flood or break a terminal; every number goes through :func:`format_value`.
 """
 
 from __future__ import annotations

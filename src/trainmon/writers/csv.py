@@ -23,11 +23,10 @@ import orjson
 
 from trainmon.events import Number, StepScalars
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile, inside, safe_file_name
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, inside, safe_file_name
 
 MAX_OPEN_FILES = 64
 NAMES_FILE = ".trainmon-csv-names.jsonl"
-_FLUSH_AT_BYTES = 1 << 20
 _PENDING_PER_FILE = PENDING_BYTES // 16  # up to MAX_OPEN_FILES of them are held at once
 
 
@@ -37,7 +36,7 @@ def _csv_field(text: str) -> str:
     return text
 
 
-def format_number(value: Number) -> str:
+def exact_number(value: Number) -> str:
     """Exact text for a number: ``repr`` keeps every float digit; NaN/Inf as Python spells them."""
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -141,7 +140,7 @@ class CsvWriter(Writer):
         for record in records:
             step = str(record.step)
             for name, value in record.values.items():
-                lines.setdefault(name, []).append(f"{step},{format_number(value)}\n")
+                lines.setdefault(name, []).append(f"{step},{exact_number(value)}\n")
         error: Exception | None = None
         for name, rows in lines.items():
             data = "".join(rows).encode()
@@ -152,7 +151,7 @@ class CsvWriter(Writer):
                 self._dropped += len(rows)
                 continue
             self._buffered += len(data)
-        if self._buffered > _FLUSH_AT_BYTES:
+        if flush_due(self._buffered):
             self.flush()
         error = error or self._deferred
         self._deferred = None

@@ -32,7 +32,7 @@ from typing import Any
 from trainmon.aggregate import WindowStats
 from trainmon.errors import ConfigError, did_you_mean
 from trainmon.events import Extra, StepScalars
-from trainmon.writers.base import Writer
+from trainmon.writers.base import RunStatus, Writer
 
 WriterFactory = Callable[..., Any]
 """A writer class, or any callable returning a writer, called with a spec's keyword arguments."""
@@ -106,6 +106,12 @@ class _DuckWriter(Writer):
     def dropped_events(self) -> int:
         return int(getattr(self.target, "dropped_events", 0))
 
+    def finalize(self, status: RunStatus) -> None:
+        """The object's own ``finalize(status)`` when it has one (see :meth:`Writer.finalize`)."""
+        finalize = getattr(self.target, "finalize", None)
+        if callable(finalize):
+            finalize(status)
+
     def close(self) -> None:
         self.target.close()
 
@@ -122,16 +128,6 @@ class _DuckWriter(Writer):
 
     def __repr__(self) -> str:
         return f"<{type(self.target).__name__} {self.location}>"
-
-
-def build_custom_writers(specs: Sequence[Mapping[str, Any]] | None) -> list[Writer]:
-    """The writers the config's ``writers`` list names, in order; ConfigError on any mistake.
-
-    A constructor that raises anything but a ``TypeError`` about its arguments is not a config
-    mistake: that exception propagates, for the caller to report like any writer that cannot
-    start.
-    """
-    return [build_custom_writer(index, spec) for index, spec in enumerate(specs or ())]
 
 
 def build_custom_writer(index: int, spec: Mapping[str, Any]) -> Writer:

@@ -15,6 +15,16 @@ _UNSAFE = re.compile(r"[\x00-\x1f/\\:*?\"<>|]")
 _MAX_NAME_BYTES = 200
 
 
+FLUSH_AT_BYTES = 1 << 20
+"""Buffered bytes past which a file writer flushes at once instead of waiting for the
+pipeline's periodic flush: bounds memory and loss on a crash without a syscall per batch."""
+
+
+def flush_due(buffered: int) -> bool:
+    """Whether ``buffered`` bytes are enough to flush now (see :data:`FLUSH_AT_BYTES`)."""
+    return buffered > FLUSH_AT_BYTES
+
+
 PENDING_BYTES = 4 << 20
 """What a file writer keeps in memory while its disk refuses writes (full disk, quota); past
 this, the held data is given up and counted (see :attr:`AppendFile.dropped`)."""

@@ -17,9 +17,7 @@ from trainmon.events import Extra, Histogram, Hparams, StepScalars, Text
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile
-
-_FLUSH_AT_BYTES = 1 << 20
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
 
 
 class JsonlWriter(Writer):
@@ -62,7 +60,7 @@ class JsonlWriter(Writer):
                 ),
                 len(record.values),
             )
-        if out.buffered > _FLUSH_AT_BYTES:
+        if flush_due(out.buffered):
             out.flush()
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:

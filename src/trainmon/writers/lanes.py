@@ -21,7 +21,7 @@ from typing import Any, Literal
 from trainmon.aggregate import WindowStats
 from trainmon.events import Extra, StepScalars
 from trainmon.logging import get_logger
-from trainmon.writers.base import Writer, WriterGroup
+from trainmon.writers.base import RunStatus, Writer, WriterGroup
 
 _log = get_logger("writers")
 
@@ -121,7 +121,7 @@ class _Lane:
                     step, identity = payload
                     self.group.resume(step, [identity])
                 elif what == "close":
-                    self.group.close()
+                    self.group.close(payload)
                     return
             except Exception:  # the group isolates the writer; this keeps the lane alive
                 pass
@@ -207,12 +207,13 @@ class WriterLanes:
         ]
         return FlushBarrier(live, skipped=len(self._lanes) - len(live))
 
-    def close(self) -> None:
-        """Queue each writer's close after what it still has to write (returns at once)."""
+    def close(self, status: RunStatus = "success") -> None:
+        """Queue each writer's finalize(``status``) and close after what it still has to write
+        (returns at once)."""
         for lane in self._lanes:
             if not lane.closed:
                 lane.closed = True
-                lane.ops.append(("close", None, 0))
+                lane.ops.append(("close", status, 0))
                 lane.wakeup.set()
 
     def join(self, deadline: float) -> dict[str, int]:

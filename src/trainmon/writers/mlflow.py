@@ -19,7 +19,8 @@ starts with ``mlflow.start_run`` is left alone.
   :attr:`MlflowWriter.dropped_metrics`), later flushes try again. MLflow's HTTP client retries
   on its own first (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``): lower
   those to bound how long the background thread waits for a server that is down.
-* :meth:`close` sends what is left and ends the run (``FINISHED``), once.
+* :meth:`close` sends what is left and ends the run once: ``FINISHED``, or ``FAILED`` / ``KILLED``
+  when :meth:`finalize` was told the run failed or was aborted.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.events import Extra, Hparams, StepScalars
 from trainmon.logging import get_logger
-from trainmon.writers.base import Writer
+from trainmon.writers.base import RunStatus, Writer
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
@@ -53,6 +54,13 @@ _MAX_KEY_LENGTH = 250
 #: Longest parameter value MLflow stores (longer values are cut, ending in ``…``).
 MAX_PARAM_CHARS = 6000
 _log = get_logger("mlflow")
+
+#: MLflow's run status for each way a run can end (see :meth:`Writer.finalize`)
+_MLFLOW_STATUS: dict[RunStatus, str] = {
+    "success": "FINISHED",
+    "failed": "FAILED",
+    "aborted": "KILLED",
+}
 _INVALID_KEY = re.compile(r"[^/\w.\- ]")
 
 
@@ -136,6 +144,7 @@ class MlflowWriter(Writer):
         self._keys: dict[str, str] = {}
         self._pending: list[Any] = []
         self._closed = False
+        self._end_status = "FINISHED"
 
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> MlflowWriter:
@@ -220,15 +229,20 @@ class MlflowWriter(Writer):
         """Send every buffered metric (``log_batch``, up to 1000 per request)."""
         self._send(whole_batches_only=False)
 
+    def finalize(self, status: RunStatus) -> None:
+        """Remember how the run ended: :meth:`close` ends it FINISHED, FAILED or KILLED."""
+        self._end_status = _MLFLOW_STATUS[status]
+
     def close(self) -> None:
-        """Send what is left and end the run as FINISHED; calling it again does nothing."""
+        """Send what is left and end the run (FINISHED unless :meth:`finalize` said otherwise);
+        calling it again does nothing."""
         if self._closed:
             return
         self._closed = True
         try:
             self.flush()
         finally:
-            self._client.set_terminated(self.run_id, "FINISHED", int(time.time() * 1000))
+            self._client.set_terminated(self.run_id, self._end_status, int(time.time() * 1000))
 
     def identity(self) -> Mapping[str, Any]:
         """The run's id and tracking URI: a run resumed from a checkpoint logs into it."""

@@ -41,6 +41,7 @@ from typing import Any
 from trainmon import extras, redact
 from trainmon.config import PrometheusConfig, TrainmonConfig
 from trainmon.distributed import ProcessPlace
+from trainmon.errors import first_line
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import Writer
@@ -321,7 +322,7 @@ class PrometheusWriter(Writer):
             what,
             redact.url(self.section.pushgateway_url or ""),
             type(exc).__name__,
-            redact.text(_first_line(exc), redact.url_secrets(self.section.pushgateway_url or "")),
+            redact.text(first_line(exc), redact.url_secrets(self.section.pushgateway_url or "")),
             self.section.timeout_s,
         )
 
@@ -333,7 +334,3 @@ class PrometheusWriter(Writer):
                 redact.url(self.section.pushgateway_url or ""),
                 self.push_errors,
             )
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0]

@@ -21,11 +21,10 @@ from pathlib import Path
 from trainmon import extras
 from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
 from trainmon.writers.tb_summaries import histogram_summary, hparams_summaries, text_summary
 
 _FILE_VERSION = b"brain.Event:2"
-_FLUSH_AT = 1 << 20  # bound memory and loss-on-crash without paying a syscall per batch
 _MASK64 = (1 << 64) - 1
 _CRC_MASK_DELTA = 0xA282EAD8
 _MAX_CACHED_LENGTHS = 4096
@@ -155,7 +154,7 @@ class TensorBoardWriter(Writer):
             values = sum(len(record.values) for record in records[: len(chunks)])
             self._file.write(b"".join(chunks), values)
             self._wrote = self._wrote or bool(chunks)
-        if self._file.buffered >= _FLUSH_AT:
+        if flush_due(self._file.buffered):
             self._file.flush()
 
     def write_extras(self, records: Sequence[Extra]) -> None:

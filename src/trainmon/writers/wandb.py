@@ -41,12 +41,15 @@ from typing import Any
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
 from trainmon.distributed import ProcessPlace
-from trainmon.errors import ConfigError
+from trainmon.errors import ConfigError, first_line
 from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
-from trainmon.writers.base import Writer
+from trainmon.writers.base import RunStatus, Writer
 
 _log = get_logger("wandb")
+
+#: W&B's exit code for each way a run can end (see :meth:`Writer.finalize`)
+_EXIT_CODES: dict[RunStatus, int] = {"success": 0, "failed": 1, "aborted": 255}
 
 
 class WandbWriter(Writer):
@@ -100,6 +103,7 @@ class WandbWriter(Writer):
         self._min_step = _current_step(self._run)
         self._failed = False
         self._closed = False
+        self._exit_code = 0
 
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> WandbWriter:
@@ -170,13 +174,18 @@ class WandbWriter(Writer):
     def flush(self) -> None:
         """Nothing to do: W&B sends in the background, and its open row waits for a later step."""
 
+    def finalize(self, status: RunStatus) -> None:
+        """Remember how the run ended: :meth:`close` finishes it with exit code 0 (success),
+        1 (failed) or 255 (aborted), which W&B shows as finished, failed and crashed-like."""
+        self._exit_code = _EXIT_CODES[status]
+
     def close(self) -> None:
         """Finish the run (once), and end W&B's service process if no other run uses it."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._run.finish()
+            self._run.finish(exit_code=self._exit_code)
         finally:
             _end_idle_service(self._wandb)
 
@@ -274,8 +283,7 @@ def _start_run(wandb: ModuleType, kwargs: dict[str, Any], mode: str | None) -> A
     except Exception as exc:
         if (mode or os.environ.get("WANDB_MODE", "")) in ("offline", "dryrun", "disabled"):
             raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        why_offline = f"wandb.init failed ({type(exc).__name__}: {first_line})"
+        why_offline = f"wandb.init failed ({type(exc).__name__}: {first_line(exc)})"
         with _quiet_terminal():
             run = wandb.init(mode="offline", **kwargs)
     if why_offline is not None:
