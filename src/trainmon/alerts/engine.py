@@ -344,7 +344,7 @@ class AlertSystem:
         metric_rules = [r for r in self.rules if r.kind != "stall"]
         if self._evaluates and metric_rules:
             self.engine = AlertEngine(metric_rules, self.router.send, job=self.job, rank=self.rank)
-            monitor._pipeline.add_observer(self.engine)
+            monitor.add_observer(self.engine)
         stall_rules = [r for r in self.rules if r.kind == "stall"]
         if stall_rules:
             self.watchdog = StallWatchdog(
@@ -403,15 +403,17 @@ class AlertSystem:
 
 
 def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:
-    """``(monitor.step, events queued or dropped)``: both written only by the training thread,
-    read here without a lock, so watching costs the training loop nothing."""
+    """:meth:`Monitor.progress` without keeping the monitor alive: the watchdog thread must not
+    stop a dropped monitor from being collected (it then sees no progress, and stops anyway)."""
     ref = weakref.ref(monitor)
-    pipeline = monitor._pipeline
+    last = monitor.progress()
 
     def progress() -> tuple[int, int]:
+        nonlocal last
         current = ref()
-        step = current._step if current is not None else 0
-        return step, pipeline._enqueued + pipeline.dropped
+        if current is not None:
+            last = current.progress()
+        return last
 
     return progress
 
