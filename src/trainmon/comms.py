@@ -624,7 +624,7 @@ class CommsLogger:
                     (name, _StepOpMetric(self, batch, op, index))
                     for index, name in enumerate(names)
                 )
-            self._monitor._enqueue(tuple(items), resolve=True)
+            self._monitor.emit_checked(tuple(items), resolve=True)
         if has_timings:
             return _StepCommMs(batch)
         total: float = sum(record[3] for record in records)

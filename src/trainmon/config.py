@@ -161,8 +161,7 @@ class PrometheusConfig:
         default="trainmon",
     )
     job: str | None = _doc(
-        "The job label and Pushgateway grouping key; null means the job_name of the first "
-        "enabled tensorboard / csv_monitor / jsonl section.",
+        "The job label and Pushgateway grouping key; null means the run's name (see Run identity).",
         default=None,
     )
     pushgateway_url: str | None = _doc(
@@ -229,7 +228,7 @@ class MlflowConfig:
         default=None,
     )
     run_name: str | None = _doc(
-        "Run name; null means the job_name of the first enabled output section.", default=None
+        "Run name; null means the run's name (see Run identity).", default=None
     )
     run_id: str | None = _doc(
         "Log into this existing run (to resume it) instead of starting a new one.", default=None

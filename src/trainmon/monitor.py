@@ -292,8 +292,11 @@ class Monitor:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
         return Timer(self, name)
 
-    def _enqueue(self, items: tuple[Item, ...], resolve: bool = False) -> None:
-        """Queue events built by trainmon itself (already valid) at the current step.
+    def emit_checked(self, items: tuple[Item, ...], resolve: bool = True) -> None:
+        """For trainmon's own producers (timers, comms, the step instrument): queue
+        ``(name, value)`` pairs that are already valid (non-empty string names; numbers,
+        single-element tensors or :class:`~trainmon.values.Deferred`) at :attr:`step`, skipping
+        the per-item checks.
 
         ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`. Tensors
         given here are read later, as they are then: producers pass tensors nobody changes
@@ -304,11 +307,14 @@ class Monitor:
             return
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
-    def emit_checked(self, items: tuple[Item, ...], resolve: bool = True) -> None:
-        """For trainmon's own producers (the step instrument): queue ``(name, value)`` pairs
-        that are already valid (non-empty string names; numbers, single-element tensors or
-        :class:`~trainmon.values.Deferred`) at :attr:`step`, skipping the per-item checks."""
-        self._pipeline.put((time.time(), self._step, items, resolve), len(items))
+    def add_observer(self, observer: Observer) -> None:
+        """For trainmon's own observers (the alert engine): see every aggregated window."""
+        self._pipeline.add_observer(observer)
+
+    def progress(self) -> tuple[int, int]:
+        """``(step, events queued or dropped so far)``: both move only when the training thread
+        does, so a watcher on another thread reads them lock-free to tell a stalled run."""
+        return self._step, self._pipeline.events_seen
 
     # ---- checks off the fast path ----------------------------------------------------------
 

@@ -239,6 +239,11 @@ class Pipeline:
         """Events dropped on a full queue plus values the writers missed or gave up."""
         return self.dropped + self.writers.dropped_events
 
+    @property
+    def events_seen(self) -> int:
+        """Events offered to the queue so far, queued or dropped (only ever grows)."""
+        return self._enqueued + self.dropped
+
     def add_observer(self, observer: Observer) -> None:
         """Watch the stream from now on (safe from any thread: the list is replaced, not edited)."""
         self._observers = [*self._observers, observer]

@@ -48,7 +48,7 @@ class Timer:
         tb: TracebackType | None,
     ) -> None:
         elapsed_ms = max(0.0, (time.perf_counter() - self._started) * 1e3)
-        self._monitor._enqueue(((self.metric, elapsed_ms),))
+        self._monitor.emit_checked(((self.metric, elapsed_ms),), resolve=False)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(func)

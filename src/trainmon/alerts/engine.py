@@ -61,7 +61,6 @@ __all__ = [
     "AlertSystem",
     "Dispatcher",
     "build_alerts",
-    "run_folder",
 ]
 
 _log = get_logger("alerts")
@@ -302,8 +301,8 @@ class AlertSystem:
         self.rules = tuple(rules)
         self.dispatcher = dispatcher
         self.run_dir = run_dir
-        """Where stack files go: the run folder (see :func:`run_folder`), else the current
-        directory."""
+        """Where stack files go: the run folder (see :func:`trainmon.writers.run_identity`),
+        else the current directory."""
         self.job = job
         self.rank = rank
         self._evaluates = evaluates
@@ -317,7 +316,7 @@ class AlertSystem:
         metric_rules = [r for r in self.rules if r.kind != "stall"]
         if self._evaluates and metric_rules:
             self.engine = AlertEngine(metric_rules, router.send, job=self.job, rank=self.rank)
-            monitor._pipeline.add_observer(self.engine)
+            monitor.add_observer(self.engine)
         stall_rules = [r for r in self.rules if r.kind == "stall"]
         if stall_rules:
             self.watchdog = StallWatchdog(
@@ -376,15 +375,17 @@ class AlertSystem:
 
 
 def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:
-    """``(monitor.step, events queued or dropped)``: both written only by the training thread,
-    read here without a lock, so watching costs the training loop nothing."""
+    """:meth:`Monitor.progress` without keeping the monitor alive: the watchdog thread must not
+    stop a dropped monitor from being collected (it then sees no progress, and stops anyway)."""
     ref = weakref.ref(monitor)
-    pipeline = monitor._pipeline
+    last = monitor.progress()
 
     def progress() -> tuple[int, int]:
+        nonlocal last
         current = ref()
-        step = current._step if current is not None else 0
-        return step, pipeline._enqueued + pipeline.dropped
+        if current is not None:
+            last = current.progress()
+        return last
 
     return progress
 
@@ -401,19 +402,6 @@ def _metric_writer(monitor: Monitor) -> Callable[[str, float, int], None]:
     return write
 
 
-def run_folder(config: TrainmonConfig, place: ProcessPlace) -> tuple[Path | None, str]:
-    """The run's folder and job name: the JSONL writer's folder when it is enabled, else
-    TensorBoard's, else the CSV writer's (with ``rank-<r>`` under ``per_rank_output``); None
-    and an empty job name when no file writer is enabled."""
-    from trainmon.writers import output_dir
-
-    for key in ("jsonl", "tensorboard", "csv_monitor"):
-        section = getattr(config, key)
-        if section.enabled:
-            return output_dir(config, section, place), section.job_name
-    return None, ""
-
-
 def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | None:
     """The alert system for ``config.alerts`` on this process, or None without rules.
 
@@ -425,7 +413,10 @@ def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | N
     if not rules:
         return None
     evaluates = writes_on_rank(place, config.trainmon.per_rank_output)
-    run_dir, job = run_folder(config, place)
+    from trainmon.writers import run_identity
+
+    identity = run_identity(config, place)
+    run_dir, job = identity.folder, identity.name
     dispatcher = None
     if evaluates:
         dispatcher = build_dispatcher(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon.config import OutputSection, TrainmonConfig
+from trainmon.config import DEFAULT_JOB_NAME, OutputSection, TrainmonConfig
 from trainmon.distributed import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.logging import get_logger
@@ -30,11 +30,13 @@ from trainmon.writers.custom import (
 
 __all__ = [
     "NullWriter",
+    "RunIdentity",
     "Writer",
     "WriterGroup",
     "build_writers",
     "register_writer",
     "registered_writers",
+    "run_identity",
     "unregister_writer",
 ]
 
@@ -52,6 +54,27 @@ def output_dir(config: TrainmonConfig, section: OutputSection, place: ProcessPla
     """``<output_path>/<job_name>``, plus ``rank-<r>`` when every rank writes its own output."""
     base = section.run_dir()
     return base / f"rank-{place.rank}" if config.trainmon.per_rank_output else base
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The run as every writer and alert sink names it: one name, one folder."""
+
+    name: str
+    folder: Path | None  # None when no file writer is enabled
+
+
+def run_identity(config: TrainmonConfig, place: ProcessPlace) -> RunIdentity:
+    """The run's name and folder, the one answer for W&B, MLflow, Comet, Prometheus and alerts.
+
+    Both come from the first enabled file writer, in the order JSONL, TensorBoard, CSV (its
+    ``job_name`` and :func:`output_dir`); with none enabled the name is DeepSpeed's default job
+    name and there is no folder.
+    """
+    for section in (config.jsonl, config.tensorboard, config.csv_monitor):
+        if section.enabled:
+            return RunIdentity(section.job_name, output_dir(config, section, place))
+    return RunIdentity(DEFAULT_JOB_NAME, None)
 
 
 def _tensorboard(config: TrainmonConfig, place: ProcessPlace) -> Writer:

@@ -95,10 +95,13 @@ class CometWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> CometWriter:
         """The writer for ``config.comet`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers.wandb import job_name
+        from trainmon.writers import run_identity
 
         return cls(
-            config.comet, place, per_rank=config.trainmon.per_rank_output, job=job_name(config)
+            config.comet,
+            place,
+            per_rank=config.trainmon.per_rank_output,
+            job=run_identity(config, place).name,
         )
 
     @property

@@ -149,10 +149,13 @@ class MlflowWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> MlflowWriter:
         """The writer for ``config.mlflow`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers.wandb import job_name
+        from trainmon.writers import run_identity
 
         return cls(
-            config.mlflow, place, per_rank=config.trainmon.per_rank_output, job=job_name(config)
+            config.mlflow,
+            place,
+            per_rank=config.trainmon.per_rank_output,
+            job=run_identity(config, place).name,
         )
 
     def _experiment(self, name: str | None) -> str:

@@ -205,12 +205,12 @@ class PrometheusWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> PrometheusWriter:
         """The writer for ``config.prometheus`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers.wandb import job_name
+        from trainmon.writers import run_identity
 
         return cls(
             config.prometheus,
             place,
-            job=job_name(config),
+            job=run_identity(config, place).name,
             per_rank=config.trainmon.per_rank_output,
         )
 

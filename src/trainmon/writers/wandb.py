@@ -57,7 +57,7 @@ class WandbWriter(Writer):
 
     ``per_rank`` names the run ``<name or job>-rank<r>`` (and suffixes ``id`` the same way) and
     puts every rank's run in one group: ``group``, or by default that same name or job. ``job``
-    is the other writers' job name (see :func:`job_name`).
+    is the other writers' job name (see :func:`trainmon.writers.run_identity`).
     """
 
     kind = "wandb"
@@ -108,11 +108,13 @@ class WandbWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> WandbWriter:
         """The writer for ``config.wandb`` on this rank (the writer factory's entry point)."""
+        from trainmon.writers import run_identity
+
         return cls(
             config.wandb,
             place,
             per_rank=config.trainmon.per_rank_output,
-            job=job_name(config),
+            job=run_identity(config, place).name,
         )
 
     def write(self, records: Sequence[StepScalars]) -> None:
@@ -251,14 +253,6 @@ class WandbWriter(Writer):
                 record.step,
                 self._min_step,
             )
-
-
-def job_name(config: TrainmonConfig) -> str:
-    """The job's name: ``job_name`` of the first enabled TensorBoard / CSV / JSONL section."""
-    for section in (config.tensorboard, config.csv_monitor, config.jsonl):
-        if section.enabled:
-            return section.job_name
-    return DEFAULT_JOB_NAME
 
 
 def _entity(section: WandbConfig) -> str | None:

@@ -1,0 +1,201 @@
+"""Module seams, checked on the source: no reach-ins to another module's private attributes and
+no import cycle among trainmon's modules at import time.
+
+Rule for private attributes: ``x._name`` is fine on ``self``/``cls``, and inside the module whose
+classes define ``_name`` (a class's own module may use its internals, e.g. a closure built by a
+method, or a module-level hook calling ``monitor._forked()``). Anything else goes through a public,
+documented interface (``Monitor.emit_checked``, ``Monitor.progress``, ``Monitor.add_observer``),
+except the third-party private APIs allowed below, each with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "trainmon"
+
+# (module path relative to src/trainmon, expression) -> why trainmon may use it.
+THIRD_PARTY_PRIVATE = {
+    (
+        "instrument/gradnorm.py",
+        "torch._foreach_norm",
+    ): "torch's fused multi-tensor norm (no public API)",
+    ("meters.py", "torch._foreach_norm"): "torch's fused multi-tensor norm (no public API)",
+    ("layer_stats.py", "torch._foreach_norm"): "torch's fused multi-tensor norm (no public API)",
+    ("layer_stats.py", "torch._foreach_mul"): "torch's fused multi-tensor ops (no public API)",
+    ("layer_stats.py", "torch._foreach_sub_"): "torch's fused multi-tensor ops (no public API)",
+    ("values.py", "torch._C"): "torch's C extension types (_TensorBase) for fast type checks",
+    ("engine.py", "_utils._flatten_dense_tensors"): "torch._utils bucket flattening, as DDP does",
+    ("engine.py", "_utils._unflatten_dense_tensors"): "torch._utils bucket flattening, as DDP does",
+    ("comms.py", "sys._getframe"): "caller name for debug comms records, cheaper than inspect",
+    ("alerts/watchdog.py", "sys._current_frames"): "stack dump of the stalled training thread",
+    ("alerts/sinks.py", "parts._replace"): "namedtuple's documented _replace (urllib SplitResult)",
+    ("integrations/deepspeed.py", "engine._config"): "DeepSpeed engine's parsed config (no getter)",
+    (
+        "writers/wandb.py",
+        "term._silent",
+    ): "wandb's console switch, to keep its banner off rank logs",
+    ("logging.py", "base._trainmon_configured"): "trainmon's own marker on a stdlib logger",
+}
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    return [
+        (path.relative_to(SRC).as_posix(), ast.parse(path.read_text(), str(path)))
+        for path in sorted(SRC.rglob("*.py"))
+        if "vendor" not in path.parts
+    ]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _owned_names(tree: ast.Module) -> set[str]:
+    """Private names the module's own classes define: methods, class attributes, ``self._x``."""
+    owned: set[str] = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in ast.walk(cls):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != cls.name:
+                owned.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in ("self", "cls"):
+                    owned.add(node.attr)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                owned.update(t.id for t in targets if isinstance(t, ast.Name))
+        slots = [n for n in cls.body if isinstance(n, ast.Assign)]
+        for node in slots:
+            if any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+                owned.update(
+                    c.value
+                    for c in ast.walk(node.value)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                )
+    return {name for name in owned if _private(name)}
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    reach_ins = []
+    used_allowances = set()
+    for rel, tree in _modules():
+        owned = _owned_names(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            key = (rel, ast.unparse(node))
+            if key in THIRD_PARTY_PRIVATE:
+                used_allowances.add(key)
+                continue
+            if node.attr in owned:
+                continue
+            reach_ins.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert not reach_ins, "private attributes read across modules:\n" + "\n".join(reach_ins)
+    stale = set(THIRD_PARTY_PRIVATE) - used_allowances
+    assert not stale, f"allow-list entries no longer used (remove them): {sorted(stale)}"
+
+
+def _module_name(rel: str) -> str:
+    parts = ["trainmon", *rel[: -len(".py")].split("/")]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_time_nodes(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements run at import: the module body, into if/try blocks, minus TYPE_CHECKING ones."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            if not _is_type_checking(stmt.test):
+                out += _import_time_nodes(stmt.body)
+            out += _import_time_nodes(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            for block in (stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)):
+                out += _import_time_nodes(block)
+        elif isinstance(stmt, ast.With):
+            out += _import_time_nodes(stmt.body)
+        else:
+            out.append(stmt)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """trainmon module -> trainmon modules it imports at import time (explicit imports only)."""
+    modules = {_module_name(rel): (rel, tree) for rel, tree in _modules()}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (rel, tree) in modules.items():
+        package = name if rel.endswith("__init__.py") else name.rpartition(".")[0]
+        for stmt in _import_time_nodes(tree.body):
+            targets: list[str] = []
+            if isinstance(stmt, ast.Import):
+                targets = [alias.name for alias in stmt.names]
+            elif isinstance(stmt, ast.ImportFrom):
+                base = stmt.module or ""
+                if stmt.level:
+                    anchor = package.split(".")[: len(package.split(".")) - stmt.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                for alias in stmt.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.append(sub if sub in modules else base)
+            for target in targets:
+                if target in modules and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_among_trainmon_modules() -> None:
+    graph = import_graph()
+    assert graph["trainmon.monitor"], "the import graph found no imports: the walker is broken"
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles at import time:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_cycle_finder_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
