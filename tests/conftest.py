@@ -40,3 +40,31 @@ def trainmon_logs() -> Iterator[list[logging.LogRecord]]:
         yield records
     finally:
         logger.removeHandler(handler)
+
+
+#: What reads a tensor's value on the host (a sync on a GPU): none of it may run on the caller.
+HOST_READS = frozenset({"item", "tolist", "cpu", "__float__", "numpy", "to"})
+
+
+def host_read_spy(extra: frozenset[str] = frozenset()) -> tuple[type, list[str]]:
+    """A ``torch.Tensor`` subclass (use ``t.as_subclass(Spy)``) and the list of the value reads
+    (:data:`HOST_READS` plus ``extra``) it records when they run on the thread that called this."""
+    import threading
+
+    import torch
+
+    caller = threading.get_ident()
+    reads = HOST_READS | extra
+    seen: list[str] = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            name = getattr(func, "__name__", str(func))
+            if name in reads and threading.get_ident() == caller:
+                seen.append(name)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    return Spy, seen

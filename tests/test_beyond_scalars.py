@@ -3,7 +3,6 @@ reader (EventAccumulator, the hparams plugin's parsers) and ``read_journal``."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.util import tensor_util
 
 import trainmon
-from conftest import local_config
+from conftest import host_read_spy, local_config
 from trainmon.journal import read_journal
 
 
@@ -108,19 +107,7 @@ def test_log_histogram_refuses_what_it_cannot_bin_at_the_call(
 
 def test_log_histogram_never_reads_tensor_values_on_the_calling_thread(tmp_path: Path) -> None:
     """Only a clone happens on the caller: no .item()/.tolist()/.cpu()/.numpy() there."""
-    caller = threading.get_ident()
-    reads_on_caller: list[str] = []
-
-    class Counting(torch.Tensor):
-        @classmethod
-        def __torch_function__(
-            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            name = getattr(func, "__name__", str(func))
-            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to", "histc"}
-            if name in reads and threading.get_ident() == caller:
-                reads_on_caller.append(name)
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Counting, reads_on_caller = host_read_spy(frozenset({"histc"}))
 
     with trainmon.Monitor(local_config(tmp_path)) as monitor:
         for step in range(20):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import trainmon
+from conftest import host_read_spy
 from trainmon.distributed import ProcessPlace
 
 
@@ -314,21 +315,8 @@ if __name__ == "__main__":
 def test_capture_reads_no_value_on_the_calling_thread(tmp_path: Path) -> None:
     """Capturing tensors of mixed shapes and dtypes calls no .item()/.tolist()/.cpu()/.to()
     on the calling thread (the copy is read by the background thread), and the values arrive."""
-    import threading
 
-    caller = threading.get_ident()
-    reads_on_caller: list[str] = []
-
-    class Spy(torch.Tensor):
-        @classmethod
-        def __torch_function__(
-            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            name = getattr(func, "__name__", str(func))
-            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to"}
-            if name in reads and threading.get_ident() == caller:
-                reads_on_caller.append(name)
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Spy, reads_on_caller = host_read_spy()
 
     def spy(value: Any) -> Any:
         return torch.as_tensor(value).as_subclass(Spy)

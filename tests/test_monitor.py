@@ -6,7 +6,6 @@ import csv
 import math
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import trainmon
-from conftest import local_config
+from conftest import host_read_spy, local_config
 from trainmon.distributed import ProcessPlace
 
 
@@ -232,19 +231,7 @@ def test_import_does_not_pull_optional_backends() -> None:
 
 def test_calling_thread_never_reads_tensor_values(tmp_path: Path) -> None:
     """Tensors are read on the background thread only: no .item()/.tolist()/.cpu() by the caller."""
-    caller = threading.get_ident()
-    reads_on_caller: list[str] = []
-
-    class Counting(torch.Tensor):
-        @classmethod
-        def __torch_function__(
-            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            name = getattr(func, "__name__", str(func))
-            reads = {"item", "tolist", "cpu", "__float__", "numpy", "to"}
-            if name in reads and threading.get_ident() == caller:
-                reads_on_caller.append(name)
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Counting, reads_on_caller = host_read_spy()
 
     with trainmon.Monitor(local_config(tmp_path)) as monitor:
         for step in range(100):

@@ -22,10 +22,14 @@ from trainmon import extras
 from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
-from trainmon.writers.tb_summaries import histogram_summary, hparams_summaries, text_summary
+from trainmon.writers.tb_summaries import (
+    histogram_summary,
+    hparams_summaries,
+    text_summary,
+    varint,
+)
 
 _FILE_VERSION = b"brain.Event:2"
-_MASK64 = (1 << 64) - 1
 _CRC_MASK_DELTA = 0xA282EAD8
 _MAX_CACHED_LENGTHS = 4096
 
@@ -49,13 +53,7 @@ def _varint(value: int) -> bytes:
     2**63) as 64-bit two's complement, which is what protobuf readers decode."""
     if 0 <= value < 0x80:
         return _SMALL_VARINTS[value]
-    value &= _MASK64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return varint(value)
 
 
 def _float32(value: Number) -> bytes:
