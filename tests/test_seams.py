@@ -30,7 +30,10 @@ THIRD_PARTY_PRIVATE = {
     ("engine.py", "_utils._unflatten_dense_tensors"): "torch._utils bucket flattening, as DDP does",
     ("comms.py", "sys._getframe"): "caller name for debug comms records, cheaper than inspect",
     ("alerts/watchdog.py", "sys._current_frames"): "stack dump of the stalled training thread",
-    ("alerts/sinks.py", "parts._replace"): "namedtuple's documented _replace (urllib SplitResult)",
+    (
+        "alerts/sinks/webhook.py",
+        "parts._replace",
+    ): "namedtuple's documented _replace (urllib SplitResult)",
     ("integrations/deepspeed.py", "engine._config"): "DeepSpeed engine's parsed config (no getter)",
     (
         "writers/wandb.py",
