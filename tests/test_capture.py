@@ -17,7 +17,7 @@ import torch
 
 import trainmon
 from conftest import host_read_spy
-from trainmon.distributed import ProcessPlace
+from trainmon.place import ProcessPlace
 
 
 def _config(folder: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import logging
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import trainmon
-from trainmon.distributed import ProcessPlace, discover, summarise_ranks
+from trainmon.distributed import summarise_ranks
 from trainmon.logging import configure_logging, log_dist, rank_file
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -58,6 +59,39 @@ def test_only_rank_zero_writes_by_default(tmp_path: Path, nproc: int) -> None:
     meta = next(trainmon.read_journal(journals[0]))
     assert (meta["rank"], meta["world_size"]) == (0, nproc)
     assert not any(p.name.startswith("rank-") for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.slow
+def test_log_rank_last_writes_from_the_last_rank(tmp_path: Path) -> None:
+    """With trainmon.log_rank "last" on 2 ranks, rank 1 alone writes, with its own values, and
+    the cross-rank statistics are gathered there."""
+    result = torchrun(SCRIPTS / "ranks_worker.py", 2, str(tmp_path), "last_rank")
+    printed = sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda row: row["rank"],
+    )
+    assert [row["rank"] for row in printed] == [0, 1]
+    assert printed[0]["writers"] == []
+    assert {"jsonl", "csv"} <= set(printed[1]["writers"])
+    journals = sorted(tmp_path.rglob("metrics.jsonl"))
+    assert journals == [tmp_path / "job" / "metrics.jsonl"]
+    records = list(trainmon.read_journal(journals[0]))
+    assert (records[0]["rank"], records[0]["world_size"]) == (1, 2)
+    logged = [r for r in records if r["kind"] == "scalars" and "train/loss" in r["values"]]
+    assert [r["step"] for r in logged] == list(range(1, 41))
+    for record in logged:
+        mine = values(1, record["step"])
+        assert {k: record["values"][k] for k in mine} == mine
+    windows = [r for r in records if r["kind"] == "window"]
+    assert [w["last_step"] for w in windows] == [10, 20, 30, 40]
+    for window in windows:
+        stats = window["stats"]
+        assert stats["mem/rss_mb/min"]["last"] == 100.0  # rank 0's value, gathered on rank 1
+        assert stats["mem/rss_mb/max"]["last"] == 101.0
+        assert stats["mem/rss_mb/argmax_rank"]["last"] == 1
+    with (tmp_path / "csv" / "job" / "mem_rss_mb.csv").open() as f:
+        rows = list(csv.reader(f))
+    assert [float(v) for v in rows[1]] == [1.0, 101.0]  # step 1, rank 1's value
 
 
 @pytest.mark.slow
@@ -186,17 +220,6 @@ def test_single_process_has_no_cross_rank_metrics(tmp_path: Path) -> None:
             monitor.log({"perf/step_time_ms": 10.0}, step=step)
     window = next(r for r in trainmon.read_journal(tmp_path / "j") if r["kind"] == "window")
     assert set(window["stats"]) == {"perf/step_time_ms"}
-
-
-def test_rank_discovery_order() -> None:
-    """Launcher variables are read in the documented order: torchrun, Open MPI, MPICH, Slurm."""
-    assert discover({"RANK": "2", "WORLD_SIZE": "8", "SLURM_PROCID": "5"}) == ProcessPlace(2, 8)
-    assert discover({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}) == ProcessPlace(
-        1, 4
-    )
-    assert discover({"PMI_RANK": "3", "PMI_SIZE": "4"}) == ProcessPlace(3, 4)
-    assert discover({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == ProcessPlace(5, 6)
-    assert discover({}) == ProcessPlace(0, 1)
 
 
 def test_log_dist_and_configure_logging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -372,9 +372,9 @@ class CommsLogger:
         self.config = config
         self._monitor = monitor
         self._recording = bool(record_stats and config.enabled)
-        rank0 = monitor.place.rank == 0
-        self._verbose = self._recording and config.verbose and rank0
-        self._logs_summary = rank0
+        logs = monitor.place.rank == monitor.log_rank
+        self._verbose = self._recording and config.verbose and logs
+        self._logs_summary = logs
         self._installed = False
         self._patched: list[tuple[ModuleType, str, Any, Any]] = []
         self._records: list[_Record] = []
@@ -695,7 +695,7 @@ class CommsLogger:
             }
 
     def log_summary(self) -> str:
-        """DeepSpeed's ``log_summary`` table of :meth:`stats`; logged on rank 0, returned on all."""
+        """DeepSpeed's ``log_summary`` table of :meth:`stats`; logged on the logging rank only."""
         width = 20
         lines = ["".join(f"{column: <{width}}" for column in _COLUMNS).rstrip()]
         for op, by_size in self.stats().items():

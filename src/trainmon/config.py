@@ -272,8 +272,13 @@ class PipelineConfig:
     per_rank_output: bool = _doc(
         "Every rank writes, each into <output_path>/<job_name>/rank-<r>/.", default=False
     )
+    log_rank: int | Literal["last"] = _doc(
+        'The rank that writes (without per_rank_output) and evaluates alerts; "last" is '
+        "world_size - 1, where the loss lives under pipeline parallelism.",
+        default=0,
+    )
     cross_rank: Literal["auto", "on", "off"] = _doc(
-        'Gather per-rank window statistics on rank 0 (one collective per window); "auto" '
+        'Gather per-rank window statistics on the logging rank (one collective per window); "auto" '
         "turns it on under trainmon.initialize, where every rank logs every step.",
         default="auto",
     )
@@ -912,6 +917,11 @@ def _check_semantics(config: TrainmonConfig, origin: str) -> None:
         value = getattr(pipeline, name)
         if value is not None and value < 1:
             raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
+    if pipeline.log_rank != "last" and pipeline.log_rank < 0:
+        raise ConfigError(
+            f"{origin}: 'trainmon.log_rank' = {pipeline.log_rank!r}: expected an integer >= 0, "
+            'or "last"'
+        )
     for name in (
         "full_wait_s",
         "flush_interval_s",

@@ -1,20 +1,14 @@
-"""Which process this is (rank and world size, decided once), and statistics across ranks.
+"""Statistics across ranks: each rank's window row, gathered on the logging rank.
 
-Order: ``torch.distributed`` when it is already imported and initialised; else the launcher's
-environment variables ``RANK``/``WORLD_SIZE`` (torchrun, DeepSpeed), ``OMPI_COMM_WORLD_RANK``/
-``OMPI_COMM_WORLD_SIZE`` (Open MPI), ``PMI_RANK``/``PMI_SIZE`` (MPICH, Intel MPI),
-``SLURM_PROCID``/``SLURM_NTASKS`` (Slurm); else rank 0 of 1. torch is never imported here.
+Which process this is (rank, world size, logging rank) lives in :mod:`trainmon.place`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from trainmon.aggregate import WindowStats
@@ -23,41 +17,6 @@ from trainmon.logging import get_logger
 from trainmon.throughput import STEP_TIME_METRIC
 
 _log = get_logger("distributed")
-
-_ENV_PAIRS = (
-    ("RANK", "WORLD_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
-)
-
-
-@dataclass(frozen=True)
-class ProcessPlace:
-    """This process's rank in the job and the job's size."""
-
-    rank: int = 0
-    world_size: int = 1
-
-
-def discover(env: Mapping[str, str] | None = None) -> ProcessPlace:
-    """Rank and world size, in the documented order; never imports torch."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return ProcessPlace(dist.get_rank(), dist.get_world_size())
-    env = os.environ if env is None else env
-    for rank_key, size_key in _ENV_PAIRS:
-        rank = env.get(rank_key)
-        if rank is not None and rank.strip().isdigit():
-            size = env.get(size_key, "")
-            return ProcessPlace(int(rank), int(size) if size.strip().isdigit() else int(rank) + 1)
-    return ProcessPlace()
-
-
-def writes_on_rank(place: ProcessPlace, per_rank_output: bool) -> bool:
-    """Rank 0 writes; with per-rank output every rank does (each into its own folder)."""
-    return per_rank_output or place.rank == 0
 
 
 # ---- cross-rank statistics ------------------------------------------------------------------
@@ -71,7 +30,7 @@ class _MonitoringCall(threading.local):
 #: training loop's communication time.
 MONITORING_CALL = _MonitoringCall()
 
-#: The per-rank window statistics gathered on rank 0: (metric, which window statistic).
+#: The per-rank window statistics gathered on the logging rank: (metric, which window statistic).
 REDUCED_METRICS: tuple[tuple[str, str], ...] = (
     ("perf/step_time_ms", "mean"),
     ("perf/forward_ms", "mean"),
@@ -177,7 +136,7 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
 
 
 class CrossRankReducer:
-    """Gathers every rank's window row on rank 0: one small ``gather`` per window.
+    """Gathers every rank's window row on ``dst``, the logging rank: one ``gather`` per window.
 
     Uses its own gloo process group (created once, on the training thread, by every rank), so
     it runs on the CPU from the background thread and never touches the training stream. A
@@ -185,13 +144,14 @@ class CrossRankReducer:
     ends cross-rank statistics with one clear error; training is not affected.
     """
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, dst: int = 0) -> None:
         import datetime
 
         import torch.distributed as dist
 
         self._dist = dist
         self.timeout_s = timeout_s
+        self.dst = dst
         self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
@@ -215,7 +175,7 @@ class CrossRankReducer:
             _log.debug("could not destroy the monitoring process group: %s", exc)
 
     def __call__(self, window: WindowStats) -> dict[str, Number] | None:
-        """This window's cross-rank metrics on rank 0; None elsewhere or once disabled.
+        """This window's cross-rank metrics on rank ``dst``; None elsewhere or once disabled.
 
         A window ending no later than the last gathered one holds only values logged late for
         that window's last step (a framework's evaluation logs after the step); whether such a
@@ -232,13 +192,13 @@ class CrossRankReducer:
 
         mine = torch.tensor(pack_window(window), dtype=torch.float64)
         rows = None
-        if self.rank == 0:  # one (world, row) buffer; gather fills its rows, one tolist() reads it
+        if self.rank == self.dst:  # one (world, row) buffer: gather fills its rows, tolist() reads
             if self._table is None:
                 self._table = torch.empty((self.world_size, mine.numel()), dtype=torch.float64)
             rows = list(self._table.unbind(0))
         MONITORING_CALL.active = True
         try:
-            self._dist.gather(mine, rows, dst=0, group=self._group)
+            self._dist.gather(mine, rows, dst=self.dst, group=self._group)
         except Exception as exc:
             self.disabled = True
             _log.error(

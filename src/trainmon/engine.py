@@ -61,13 +61,13 @@ from typing import TYPE_CHECKING, Any
 
 from trainmon import checkpoint
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.distributed import discover
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
 from trainmon.instrument import StepInstrument
 from trainmon.instrument.gradnorm import grad_norm, norm_value
 from trainmon.logging import get_logger
 from trainmon.monitor import Monitor, run_status
+from trainmon.place import discover
 from trainmon.writers.base import RunStatus
 
 if TYPE_CHECKING:

@@ -14,6 +14,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TextIO
 
+from trainmon.place import discover
+
 LOGGER_NAME = "trainmon"
 DEFAULT_FORMAT = "[trainmon] [Rank %(rank)s] %(levelname)s %(message)s"
 _OURS = "_trainmon_handler"
@@ -21,8 +23,6 @@ _OURS = "_trainmon_handler"
 
 def current_rank() -> int:
     """This process's rank, looked up now (``torch.distributed`` may be initialised later)."""
-    from trainmon.distributed import discover
-
     return discover().rank
 
 

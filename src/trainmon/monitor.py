@@ -26,11 +26,12 @@ from trainmon.checkpoint import (
     writer_identities,
 )
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.distributed import CrossRankReducer, ProcessPlace, discover, writes_on_rank
+from trainmon.distributed import CrossRankReducer
 from trainmon.errors import TrainingStopped
 from trainmon.events import Hparams, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.pipeline import Item, Observer, Pipeline
+from trainmon.place import ProcessPlace, discover, logging_rank, writes_on_rank
 from trainmon.records import (
     DEFAULT_BINS,
     PendingHparams,
@@ -72,9 +73,10 @@ class Monitor:
     """Collects scalars from the training loop and writes them in the background.
 
     ``write_events`` takes DeepSpeed's ``[(name, value), ...]`` and ``[(name, value, step), ...]``;
-    two-element tuples use :attr:`step`. Only rank 0 writes by default (decided once, here);
-    other ranks queue nothing to any file. Values may be Python numbers, numpy scalars or
-    single-element tensors on any device: tensors are read in the background, never here.
+    two-element tuples use :attr:`step`. Only the logging rank writes (``trainmon.log_rank``,
+    rank 0 by default; decided once, here); other ranks queue nothing to any file. Values may
+    be Python numbers, numpy scalars or single-element tensors on any device: tensors are read
+    in the background, never here.
 
     ``all_ranks_log=True`` promises that every rank logs the same steps (``trainmon.initialize``
     does); with ``trainmon.cross_rank: "auto"`` it turns on cross-rank window statistics.
@@ -90,17 +92,19 @@ class Monitor:
     ) -> None:
         self.config = load_config(config)
         self.place = place or discover()
+        #: The rank that writes and evaluates alerts (``trainmon.log_rank`` resolved).
+        self.log_rank = logging_rank(self.config.trainmon.log_rank, self.place)
         # alert rules, stall watchdog and sinks (config.alerts); None without rules
         self.alerts: AlertSystem | None = build_alerts(self.config, self.place)
         pipeline_config = self.config.trainmon
         if writers is None:
-            writes = writes_on_rank(self.place, pipeline_config.per_rank_output)
+            writes = writes_on_rank(self.place, pipeline_config.per_rank_output, self.log_rank)
             writers = build_writers(self.config, self.place) if writes else []
         aggregator = WindowAggregator(
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log)
+        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log, self.log_rank)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         self._step = 0
         self._names: set[str] = set()
@@ -646,7 +650,9 @@ def _tensor_names(items: Sequence[Item]) -> list[str]:
     return [item[0] for item in items if is_tensor(item[1])]
 
 
-def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRankReducer | None:
+def _cross_rank_reducer(
+    config: TrainmonConfig, all_ranks_log: bool, log_rank: int
+) -> CrossRankReducer | None:
     """A reducer when statistics across ranks are wanted and possible, else None."""
     setting = config.trainmon.cross_rank
     if setting == "off" or (setting == "auto" and not all_ranks_log):
@@ -660,7 +666,7 @@ def _cross_rank_reducer(config: TrainmonConfig, all_ranks_log: bool) -> CrossRan
     if config.trainmon.window_seconds is not None:
         _log.warning("cross-rank statistics need step windows; window_seconds turns them off")
         return None
-    return CrossRankReducer(config.trainmon.collective_timeout_s)
+    return CrossRankReducer(config.trainmon.collective_timeout_s, dst=log_rank)
 
 
 class _WindowCallback(Observer):

@@ -16,7 +16,7 @@ import pytest
 import trainmon
 from trainmon.aggregate import WindowStats
 from trainmon.alerts.model import Alert
-from trainmon.distributed import ProcessPlace
+from trainmon.place import ProcessPlace
 
 
 class Inbox:

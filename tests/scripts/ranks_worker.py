@@ -2,7 +2,8 @@
 
 Usage: ranks_worker.py OUTDIR MODE
 MODE: "default" | "per_rank" | "cross_rank" | "hang" (rank 1 stops logging after step 10 and
-sits in a long sleep; cross-rank statistics on, with a 3 s collective timeout).
+sits in a long sleep; cross-rank statistics on, with a 3 s collective timeout) | "last_rank"
+(trainmon.log_rank "last", cross-rank statistics on).
 Each rank logs steps 1..40 with the values of :func:`values`, so the test can recompute them.
 """
 
@@ -38,10 +39,11 @@ def main() -> None:
         "steps_per_print": 10,
         "jsonl": {"enabled": True, "output_path": out, "job_name": "job"},
         "csv_monitor": {"enabled": True, "output_path": out + "/csv", "job_name": "job"},
-        "console": {"enabled": rank == 0 or mode == "per_rank"},
+        "console": {"enabled": rank == 0 or mode in ("per_rank", "last_rank")},
         "trainmon": {
             "per_rank_output": mode == "per_rank",
-            "cross_rank": "on" if mode in ("cross_rank", "hang") else "off",
+            "cross_rank": "on" if mode in ("cross_rank", "hang", "last_rank") else "off",
+            "log_rank": "last" if mode == "last_rank" else 0,
             "collective_timeout_s": 3 if mode == "hang" else 20,
         },
     }

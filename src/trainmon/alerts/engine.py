@@ -45,11 +45,11 @@ from trainmon.alerts.model import Alert
 from trainmon.alerts.rules import AlertTracker, Condition, build_condition
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.config import AlertRuleConfig, TrainmonConfig
-from trainmon.distributed import ProcessPlace, writes_on_rank
 from trainmon.events import StepScalars
 from trainmon.layer_stats import LayerHistory, explained
 from trainmon.logging import get_logger
 from trainmon.pipeline import Observer
+from trainmon.place import ProcessPlace, logging_rank, writes_on_rank
 
 if TYPE_CHECKING:
     from trainmon.monitor import Monitor
@@ -412,7 +412,8 @@ def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | N
     rules = config.alerts.rule_configs()
     if not rules:
         return None
-    evaluates = writes_on_rank(place, config.trainmon.per_rank_output)
+    log_rank = logging_rank(config.trainmon.log_rank, place)
+    evaluates = writes_on_rank(place, config.trainmon.per_rank_output, log_rank)
     from trainmon.writers import run_identity
 
     identity = run_identity(config, place)

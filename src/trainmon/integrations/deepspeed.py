@@ -128,8 +128,8 @@ class DeepSpeedEvents:
     """Stands in for DeepSpeed's ``engine.monitor``: ``write_events`` and ``enabled`` as before.
 
     ``write_events([(name, value, global_samples), ...])`` returns at once; the events go to
-    trainmon's TensorBoard and CSV writers (DeepSpeed's layouts), on rank 0 only as in
-    DeepSpeed, and never into trainmon's step windows.
+    trainmon's TensorBoard and CSV writers (DeepSpeed's layouts), on one rank only as in
+    DeepSpeed (the logging rank, ``trainmon.log_rank``), and never into trainmon's step windows.
     """
 
     tb_monitor = None
@@ -140,10 +140,10 @@ class DeepSpeedEvents:
     def __init__(self, monitor: Monitor, enabled: bool, rank: int) -> None:
         self._monitor = monitor
         self.enabled = enabled
-        self._writes = rank == 0
+        self._writes = rank == monitor.log_rank
 
     def write_events(self, event_list: Any) -> None:
-        """Queue DeepSpeed-style ``(name, value, step)`` events (rank 0 only, as DeepSpeed)."""
+        """Queue DeepSpeed-style ``(name, value, step)`` events (the logging rank only)."""
         if self._writes:
             self._monitor.write_side_events(event_list, DEEPSPEED_EVENT_WRITERS)
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import errno
 import importlib
 import math
-import os
 import re
 import threading
 import time
@@ -40,22 +39,15 @@ from typing import Any
 
 from trainmon import extras, redact
 from trainmon.config import PrometheusConfig, TrainmonConfig
-from trainmon.distributed import ProcessPlace
 from trainmon.errors import first_line
 from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
+from trainmon.place import ProcessPlace, local_rank
 from trainmon.writers.base import Writer
 
 _log = get_logger("prometheus")
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
-#: Launcher variables holding this process's rank on its node, first found wins.
-LOCAL_RANK_VARIABLES = (
-    "LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "MPI_LOCALRANKID",
-    "SLURM_LOCALID",
-)
 
 
 def metric_name(name: str, namespace: str = "trainmon") -> str:
@@ -63,16 +55,6 @@ def metric_name(name: str, namespace: str = "trainmon") -> str:
     cleaned = _INVALID.sub("_", name)
     full = f"{namespace}_{cleaned}" if namespace else cleaned
     return "_" + full if not full or full[0].isdigit() else full
-
-
-def local_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process's rank on its node, from the launcher's environment; 0 when unknown."""
-    env = os.environ if env is None else env
-    for key in LOCAL_RANK_VARIABLES:
-        value = env.get(key, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 class PortInUseError(OSError):
