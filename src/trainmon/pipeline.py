@@ -231,7 +231,7 @@ class Pipeline:
         if self._closed or not self._thread.is_alive():
             return False
         request = _FlushRequest(then)
-        self._queue.append(request)  # not counted: it never takes a place of an event
+        self._queue.append(request)  # not counted: it holds no place in the bound
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not request.reached.wait(0.05):
