@@ -175,14 +175,18 @@ class Monitor:
                     break
             else:
                 if items:
-                    flag = capture(tensors, partial(_tensor_names, items)) if tensors else False
-                    self._pipeline.put((time.time(), self._step, items, flag), len(items))
+                    needs_resolving = (
+                        capture(tensors, partial(_tensor_names, items)) if tensors else False
+                    )
+                    self._pipeline.put(
+                        (time.time(), self._step, items, needs_resolving), len(items)
+                    )
                 return
         except (TypeError, IndexError, KeyError):
             pass
-        checked, flag = self._check_slowly(items)
+        checked, needs_resolving = self._check_slowly(items)
         if checked:
-            self._pipeline.put((time.time(), self._step, checked, flag), len(checked))
+            self._pipeline.put((time.time(), self._step, checked, needs_resolving), len(checked))
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record a ``{name: value}`` mapping at ``step`` (default: :attr:`step`)."""
@@ -228,9 +232,9 @@ class Monitor:
                     f"write_side_events: event {item!r} has no step; expected (name, value, step) "
                     f"with the step on the events' own axis"
                 )
-        checked, flag = self._check_slowly(items)
+        checked, needs_resolving = self._check_slowly(items)
         if checked:
-            self._pipeline.put_side(time.time(), checked, kinds, flag)
+            self._pipeline.put_side(time.time(), checked, kinds, needs_resolving)
 
     def log_histogram(
         self, name: str, values: Any, step: int | None = None, *, bins: int = DEFAULT_BINS
@@ -326,8 +330,8 @@ class Monitor:
         """Full check with messages that name the metric; drops ``None`` values with a notice.
 
         Returns new tuples (nothing of the caller's is kept but immutable numbers, names and
-        :class:`Deferred` values) and the entry's flag: the :class:`Snapshot` of the call's
-        tensors, True when :class:`Deferred` values need resolving, else False.
+        :class:`Deferred` values) and the entry's ``needs_resolving``: the :class:`Snapshot` of
+        the call's tensors, True when :class:`Deferred` values need resolving, else False.
         """
         kept: list[Item] = []
         tensors: list[Any] = []

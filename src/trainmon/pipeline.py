@@ -1,11 +1,19 @@
 """Bounded queue plus one background thread: the only place where formatting and I/O happen.
 
-The training thread appends ``(wall_time, default_step, items, needs_resolving)`` entries to a
-deque (thread-safe, no lock). The background thread wakes every few milliseconds, drains the
-deque, reads the tensor copies captured at the call (a :class:`~trainmon.values.Snapshot` per
-call) and resolves trainmon's own deferred and tensor values in batches, groups values by step into
-:class:`~trainmon.events.StepScalars`, and hands them to the writers; it flushes the writers
-at least every ``flush_interval_s``.
+The training thread appends one plain ``(wall_time, default_step, items, needs_resolving)``
+tuple per call to a deque (thread-safe, no lock); control entries (side events, histogram/text
+extras as :class:`~trainmon.records.Pending`, flush requests) have their own types. The
+background thread wakes every few milliseconds, drains the deque and runs each batch of scalar
+entries through named stages, in order:
+
+resolve → group → aggregate → cross-rank → fan out → observe
+
+(:meth:`Pipeline._resolve`: read the tensor copies captured at the call and trainmon's own
+tensor values in one batch; :meth:`~Pipeline._group`: values by step into
+:class:`~trainmon.events.StepScalars`; :meth:`~Pipeline._aggregate`: into windows;
+:meth:`~Pipeline._cross_rank`: add cross-rank metrics to a completed window; fan out to the
+writers; :meth:`~Pipeline._observe`: alert rules and callbacks). It flushes the writers at
+least every ``flush_interval_s``.
 
 The queue is bounded in events: producers add to ``_enqueued`` and the consumer to
 ``_consumed``, so each counter has a single writer and no lock is needed (with several
@@ -20,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,9 +51,11 @@ from trainmon.writers.lanes import FlushBarrier, WriterLanes
 _log = get_logger("pipeline")
 
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
-#: (wall time, default step, items, flag): the flag is False for plain numbers, True when values
-#: need resolving, or the call's :class:`~trainmon.values.Snapshot` (items then hold
-#: :data:`~trainmon.values.CAPTURED` where a captured tensor's value or step goes).
+#: One call's scalars, ``(wall time, default step, items, needs_resolving)``: a plain tuple, the
+#: cheapest thing the training thread can build. ``needs_resolving`` is False for plain numbers,
+#: True when values are tensors, numpy scalars or :class:`~trainmon.values.Deferred`, or the
+#: call's :class:`~trainmon.values.Snapshot` (items then hold :data:`~trainmon.values.CAPTURED`
+#: where a captured tensor's value or step goes).
 Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
@@ -75,9 +85,28 @@ WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 _CHUNK_ENTRIES = 2048
 
 
+class _SideEvents:
+    """Control entry: ``(name, value, step)`` events on their own x axis, for some writers only
+    (see :meth:`Pipeline.put_side`)."""
+
+    __slots__ = ("items", "kinds", "needs_resolving", "wall_time")
+
+    def __init__(
+        self,
+        wall_time: float,
+        items: Sequence[Item],
+        kinds: frozenset[str],
+        needs_resolving: bool | Snapshot,
+    ) -> None:
+        self.wall_time = wall_time
+        self.items = items
+        self.kinds = kinds
+        self.needs_resolving = needs_resolving
+
+
 class _FlushRequest:
-    """Travels through the queue; the background thread runs its ``then`` at the flush point
-    (an exception it raises is kept for the caller) and hands it the barrier to wait on."""
+    """Control entry: the background thread runs its ``then`` at the flush point (an exception
+    it raises is kept for the caller) and hands it the barrier to wait on."""
 
     def __init__(self, then: Callable[[], None] | None) -> None:
         self.reached = threading.Event()
@@ -91,6 +120,12 @@ class _FlushRequest:
                 self.then()
             except BaseException as exc:  # handed to the thread that asked for the flush
                 self.error = exc
+
+
+#: What travels through the queue: a scalar :data:`Entry` (a plain tuple, the hot path) or a
+#: control entry, told apart by type: side events, an extra (histogram, text, hparams,
+#: progress) still to build, or a flush request.
+QueueEntry = Entry | _SideEvents | Pending | _FlushRequest
 
 
 class Pipeline:
@@ -117,7 +152,7 @@ class Pipeline:
             self.config.window_steps or 10, self.config.window_seconds
         )
         self.dropped = 0
-        self._queue: deque[Entry] = deque()
+        self._queue: deque[QueueEntry] = deque()
         self._capacity = self.config.queue_size
         self._enqueued = 0
         self._consumed = 0
@@ -135,7 +170,7 @@ class Pipeline:
 
     # ---- training thread -------------------------------------------------------------------
 
-    def put(self, entry: Entry, count: int) -> None:
+    def put(self, entry: QueueEntry, count: int) -> None:
         """Queue one call's events; only a full queue makes it wait briefly or drop (counted)."""
         pending = self._enqueued - self._consumed
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
@@ -164,7 +199,11 @@ class Pipeline:
         return False
 
     def put_side(
-        self, wall_time: float, items: Sequence[Item], kinds: frozenset[str], flag: Any = True
+        self,
+        wall_time: float,
+        items: Sequence[Item],
+        kinds: frozenset[str],
+        needs_resolving: bool | Snapshot = True,
     ) -> None:
         """Queue ``(name, value, step)`` events on their own x axis (DeepSpeed's samples).
 
@@ -172,7 +211,11 @@ class Pipeline:
         into windows, cross-rank statistics or observers (alert rules): their steps are not
         the training steps, and only one rank logs them.
         """
-        self.put((wall_time, None, items, (kinds, flag)), len(items))  # type: ignore[arg-type]
+        self.put(_SideEvents(wall_time, items, kinds, needs_resolving), len(items))
+
+    def put_extra(self, pending: Pending) -> None:
+        """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
+        self.put(pending, 1)
 
     def flush(
         self, timeout: float | None = None, *, then: Callable[[], None] | None = None
@@ -188,7 +231,7 @@ class Pipeline:
         if self._closed or not self._thread.is_alive():
             return False
         request = _FlushRequest(then)
-        self._queue.append((None, request, (), False))
+        self._queue.append(request)  # not counted: it holds no place in the bound
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not request.reached.wait(0.05):
@@ -282,6 +325,8 @@ class Pipeline:
         self.writers.close(self._status)
 
     def _drain(self) -> None:
+        """Scalar entries go through the stages in batches; a control entry first has what came
+        before it written, so the stream keeps its order."""
         queue = self._queue
         worked = bool(queue)  # counters follow real work: a writer failing on the counter
         while queue:  # record itself must not make a record every poll
@@ -289,42 +334,36 @@ class Pipeline:
             count = 0
             while queue and len(batch) < _CHUNK_ENTRIES:
                 entry = queue.popleft()
-                if entry[0] is None and isinstance(entry[1], Pending):  # histogram/text/hparams
-                    self._emit(batch)
-                    self._consumed += count + 1
-                    batch, count = [], 0
-                    self._write_extra(entry[1])
+                if isinstance(entry, tuple):  # one call's scalars
+                    batch.append(entry)
+                    count += len(entry[2])
                     continue
-                if entry[0] is None:  # a flush request: write what came before it, then ack
-                    self._emit(batch)
-                    self._consumed += count
-                    batch, count = [], 0
-                    self._emit_counters()
-                    self._close_window(final=False)
-                    request: _FlushRequest = entry[1]
-                    request.run_then()
-                    request.barrier = self.writers.barrier()
-                    self.writers.flush(request.barrier)
-                    request.reached.set()
-                    continue
-                if entry[1] is None:  # side events: written as they are, outside the windows
-                    self._emit(batch)
-                    self._consumed += count
-                    batch, count = [], 0
+                self._emit(batch)
+                self._consumed += count
+                batch, count = [], 0
+                if isinstance(entry, Pending):  # histogram/text/hparams/progress
+                    self._consumed += 1
+                    self._write_extra(entry)
+                elif isinstance(entry, _SideEvents):
                     self._emit_side(entry)
-                    self._consumed += len(entry[2])
-                    continue
-                batch.append(entry)
-                count += len(entry[2])
+                    self._consumed += len(entry.items)
+                else:
+                    self._reach_flush_point(entry)
             self._emit(batch)
             self._consumed += count
         if worked:
             self._emit_counters()
         self._close_window(final=False)
 
-    def put_extra(self, pending: Pending) -> None:
-        """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
-        self.put((None, pending, (), False), 1)
+    def _reach_flush_point(self, request: _FlushRequest) -> None:
+        """Everything queued before the request is written: close a complete window, run the
+        request's ``then``, ask the writers to flush and hand the caller the barrier."""
+        self._emit_counters()
+        self._close_window(final=False)
+        request.run_then()
+        request.barrier = self.writers.barrier()
+        self.writers.flush(request.barrier)
+        request.reached.set()
 
     def _write_extra(self, pending: Pending) -> None:
         """Build the record (bin a histogram, ...) and hand it to the writers."""
@@ -336,96 +375,66 @@ class Pipeline:
         if record is not None:
             self.writers.write_extras([record])
 
-    def _close_window(self, final: bool) -> None:
-        """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
-        try:
-            aggregator = self.aggregator
-            window = aggregator.close() if final else aggregator.close_if_complete(time.time())
-        except Exception:
-            self._count_internal_error("could not close a window")
-            return
-        if window is not None:
-            self._publish([window])
-
-    def _publish(self, windows: Sequence[WindowStats]) -> None:
-        """Completed windows to the writers, with cross-rank metrics added where there are any."""
-        for window in windows:
-            extra = None
-            if self.reducer is not None:
-                try:
-                    extra = self.reducer(window)
-                except Exception:
-                    self._count_internal_error("cross-rank reduction failed")
-            if extra:
-                self.writers.write([StepScalars(window.last_step, window.end_time, dict(extra))])
-                merged = dict(window.metrics)
-                merged.update((k, MetricStats(1, float(v), v, v, v)) for k, v in extra.items())
-                window = replace(window, metrics=merged)
-            self.writers.write_windows([window])
-            self._observe("on_window", window)
-
-    def _observe(self, hook: str, payload: Any) -> None:
-        for observer in self._observers:
-            try:
-                extra = getattr(observer, hook)(payload)
-            except Exception:
-                self._count_internal_error(f"{type(observer).__name__}.{hook} failed")
-                continue
-            if extra:
-                self.writers.write(extra)
-
     def _emit(self, batch: list[Entry]) -> None:
+        """The stages, in order, for one batch of scalar entries."""
         if not batch:
             return
         try:
-            records = self._records(batch)
+            records = self._records(batch)  # resolve → group
         except Exception:
             self._count_internal_error("could not turn a batch of events into records")
             return
         if not records:
             return
         self._last_step = records[-1].step
-        segment: list[StepScalars] = []
-        for record in records:  # a window is written after its own steps, before the next ones
-            try:
-                closed = self.aggregator.add((record,))
-            except Exception:
-                self._count_internal_error("could not aggregate a record")
-                closed = []
-            if closed:
-                self.writers.write(segment)
-                self._publish(closed)
-                segment = []
-            segment.append(record)
-        self.writers.write(segment)
+        self._aggregate(records)  # → cross-rank → fan out
         if self._observers:
             self._observe("on_records", records)
 
-    def _emit_side(self, entry: Entry) -> None:
-        kinds, flag = entry[3]  # type: ignore[misc]
+    def _emit_side(self, side: _SideEvents) -> None:
+        """Side events: resolve → group → fan out to the writers of their kinds, nothing else."""
+        needs_resolving = side.needs_resolving if side.needs_resolving is not False else True
         try:
-            records = self._records([(entry[0], 0, entry[2], flag if flag is not False else True)])
+            records = self._records([(side.wall_time, 0, side.items, needs_resolving)])
         except Exception:
             self._count_internal_error("could not turn side events into records")
             return
         if records:
-            self.writers.write_kinds(records, kinds)
-
-    def _count_internal_error(self, what: str) -> None:
-        self._internal_errors += 1
-        if self._internal_errors == 1:
-            _log.warning("%s; further such errors are not printed", what, exc_info=True)
+            self.writers.write_kinds(records, side.kinds)
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
-        resolved = iter(self._resolve_tensors(batch))
+        resolved, captured = self._resolve(batch)
+        return self._group(batch, resolved, captured)
+
+    # ---- the stages ------------------------------------------------------------------------
+
+    @staticmethod
+    def _resolve(batch: list[Entry]) -> tuple[Iterator[Number], Iterator[Number]]:
+        """Stage 1: the values of trainmon's own tensors (read in one batch) and of the tensor
+        copies captured at the call, each in queue order, for :meth:`_group` to take from."""
+        tensors = [
+            item[1]
+            for entry in batch
+            if entry[3] is True
+            for item in entry[2]
+            if is_tensor(item[1])
+        ]
+        resolved = iter(resolve_tensors(tensors) if tensors else [])
         captured = iter(
             [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
         )
+        return resolved, captured
+
+    def _group(
+        self, batch: list[Entry], resolved: Iterator[Number], captured: Iterator[Number]
+    ) -> list[StepScalars]:
+        """Stage 2: values by step into records, in queue order (a value that cannot be
+        resolved is counted and skipped)."""
         records: list[StepScalars] = []
         current_step: object = None
         values: dict[str, Number] = {}
-        for wall_time, default_step, items, special in batch:
-            if not special and len(items[0]) == 2:  # plain numbers, checked by the caller
+        for wall_time, default_step, items, needs_resolving in batch:
+            if not needs_resolving and len(items[0]) == 2:  # plain numbers, checked by the caller
                 if default_step != current_step:
                     values = {}
                     records.append(StepScalars(default_step, wall_time, values))
@@ -451,7 +460,7 @@ class Pipeline:
                     values = {}
                     records.append(StepScalars(step, wall_time, values))
                     current_step = step
-                if special:
+                if needs_resolving:
                     kind = type(value)
                     if kind is not float and kind is not int:
                         if value is CAPTURED:
@@ -461,7 +470,9 @@ class Pipeline:
                             if value is None:
                                 continue
                         elif is_tensor(value):  # captured at the call, or a producer's
-                            value = next(captured if type(special) is Snapshot else resolved)
+                            value = next(
+                                captured if type(needs_resolving) is Snapshot else resolved
+                            )
                         else:
                             value = plain_number(value)
                 values[name] = value
@@ -474,16 +485,73 @@ class Pipeline:
             self._count_internal_error(f"could not resolve the value of {name!r}; skipped")
             return None
 
-    @staticmethod
-    def _resolve_tensors(batch: list[Entry]) -> list[Number]:
-        tensors = [
-            item[1]
-            for entry in batch
-            if entry[3] is True
-            for item in entry[2]
-            if is_tensor(item[1])
-        ]
-        return resolve_tensors(tensors) if tensors else []
+    def _aggregate(self, records: list[StepScalars]) -> None:
+        """Stage 3: records into windows. Fan-out is interleaved so that a completed window
+        (with its cross-rank metrics) is written after its own steps and before the next ones."""
+        segment: list[StepScalars] = []
+        for record in records:
+            try:
+                closed = self.aggregator.add((record,))
+            except Exception:
+                self._count_internal_error("could not aggregate a record")
+                closed = []
+            if closed:
+                self.writers.write(segment)
+                self._publish(closed)
+                segment = []
+            segment.append(record)
+        self.writers.write(segment)
+
+    def _close_window(self, final: bool) -> None:
+        """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
+        try:
+            aggregator = self.aggregator
+            window = aggregator.close() if final else aggregator.close_if_complete(time.time())
+        except Exception:
+            self._count_internal_error("could not close a window")
+            return
+        if window is not None:
+            self._publish([window])
+
+    def _publish(self, windows: Sequence[WindowStats]) -> None:
+        """Completed windows: cross-rank → fan out → observe."""
+        for window in windows:
+            window = self._cross_rank(window)
+            self.writers.write_windows([window])
+            self._observe("on_window", window)
+
+    def _cross_rank(self, window: WindowStats) -> WindowStats:
+        """Stage 4: the reducer's cross-rank metrics, written as scalars at the window's last
+        step and merged into the window (unchanged when there are none)."""
+        if self.reducer is None:
+            return window
+        try:
+            extra = self.reducer(window)
+        except Exception:
+            self._count_internal_error("cross-rank reduction failed")
+            return window
+        if not extra:
+            return window
+        self.writers.write([StepScalars(window.last_step, window.end_time, dict(extra))])
+        merged = dict(window.metrics)
+        merged.update((k, MetricStats(1, float(v), v, v, v)) for k, v in extra.items())
+        return replace(window, metrics=merged)
+
+    def _observe(self, hook: str, payload: Any) -> None:
+        """Stage 6: observers see records or a window; what they return goes to every writer."""
+        for observer in self._observers:
+            try:
+                extra = getattr(observer, hook)(payload)
+            except Exception:
+                self._count_internal_error(f"{type(observer).__name__}.{hook} failed")
+                continue
+            if extra:
+                self.writers.write(extra)
+
+    def _count_internal_error(self, what: str) -> None:
+        self._internal_errors += 1
+        if self._internal_errors == 1:
+            _log.warning("%s; further such errors are not printed", what, exc_info=True)
 
     def _emit_counters(self) -> None:
         counters = (self.dropped_total, self.writers.error_count)
