@@ -104,7 +104,7 @@ class WandbConfig:
     def __post_init__(self) -> None:
         if self.team and self.entity and self.team != self.entity:
             raise ConfigError(
-                f"wandb.team = {self.team!r} and wandb.entity = {self.entity!r} disagree: "
+                f"'wandb.team' = {self.team!r} and 'wandb.entity' = {self.entity!r} disagree: "
                 "they are two names for the W&B entity; set only one of them"
             )
 

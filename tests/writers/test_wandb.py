@@ -498,7 +498,7 @@ def test_team_and_entity_that_differ_are_a_config_error() -> None:
     """wandb.team and wandb.entity name the same thing: two different values are rejected."""
     from trainmon.writers.wandb import WandbWriter
 
-    with pytest.raises(ConfigError, match=r"wandb\.team = 'a' and wandb\.entity = 'b'"):
+    with pytest.raises(ConfigError, match=r"'wandb\.team' = 'a' and 'wandb\.entity' = 'b'"):
         WandbWriter(WandbConfig(enabled=True, team="a", entity="b"))
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
-from trainmon.errors import ConfigError, first_line
+from trainmon.errors import first_line
 from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
 from trainmon.place import ProcessPlace
@@ -256,12 +256,7 @@ class WandbWriter(Writer):
 
 
 def _entity(section: WandbConfig) -> str | None:
-    """``team`` (DeepSpeed's key) or ``entity`` (W&B's); both set and different is an error."""
-    if section.team and section.entity and section.team != section.entity:
-        raise ConfigError(
-            f"wandb.team = {section.team!r} and wandb.entity = {section.entity!r} disagree: "
-            "they are two names for the W&B entity; set only one of them"
-        )
+    """``team`` (DeepSpeed's key) or ``entity`` (W&B's); the config refuses two that differ."""
     return section.team or section.entity
 
 
