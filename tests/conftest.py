@@ -68,3 +68,20 @@ def host_read_spy(extra: frozenset[str] = frozenset()) -> tuple[type, list[str]]
             return super().__torch_function__(func, types, args, kwargs or {})
 
     return Spy, seen
+
+
+def printed_objects(stdout: str) -> list[Any]:
+    """The JSON objects that worker processes printed, one per ``print``: ranks share one pipe,
+    so two objects may arrive glued on one line (``{...}{...}``); each is decoded on its own."""
+    import json
+
+    decode = json.JSONDecoder().raw_decode
+    found: list[Any] = []
+    for line in stdout.splitlines():
+        at = 0
+        while line.startswith("{", at):
+            value, at = decode(line, at)
+            found.append(value)
+            while line.startswith(" ", at):
+                at += 1
+    return found

@@ -3,7 +3,6 @@ sleeps of known length; the instrument's phases nest; train/loss is the data-par
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 import trainmon
+from conftest import printed_objects
 from trainmon.instrument import StepInstrument
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -170,10 +170,7 @@ def test_two_ranks_with_a_straggler_parts_fit_and_loss_is_the_mean(tmp_path: Pat
     from test_distributed import torchrun
 
     result = torchrun(SCRIPTS / "breakdown_worker.py", 2, str(tmp_path), timeout=240)
-    reports = {
-        r["rank"]: r
-        for r in (json.loads(x) for x in result.stdout.splitlines() if x.startswith("{"))
-    }
+    reports = {r["rank"]: r for r in printed_objects(result.stdout)}
     assert set(reports) == {0, 1}
     logged = {rank: per_step(tmp_path / "job" / f"rank-{rank}") for rank in (0, 1)}
     steps = len(reports[0]["losses"])

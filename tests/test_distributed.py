@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import re
 import socket
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import trainmon
+from conftest import printed_objects
 from trainmon.distributed import summarise_ranks
 from trainmon.logging import configure_logging, log_dist, rank_file
 
@@ -67,7 +67,7 @@ def test_log_rank_last_writes_from_the_last_rank(tmp_path: Path) -> None:
     the cross-rank statistics are gathered there."""
     result = torchrun(SCRIPTS / "ranks_worker.py", 2, str(tmp_path), "last_rank")
     printed = sorted(
-        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        printed_objects(result.stdout),
         key=lambda row: row["rank"],
     )
     assert [row["rank"] for row in printed] == [0, 1]
@@ -168,7 +168,7 @@ def test_job_rate_is_all_samples_over_the_wall_time(tmp_path: Path) -> None:
     windows and console line give the job's samples/s within 10% of the samples counted (both
     ranks') over the wall time the ranks measured, not a sum of means of per-step rates."""
     result = torchrun(SCRIPTS / "rates_worker.py", 2, str(tmp_path), timeout=180)
-    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    reports = printed_objects(result.stdout)
     assert len(reports) == 2
     truth = []
     for end in (9, 19):  # windows of 10 steps: each rank's wall time, the slowest's counts
@@ -188,7 +188,7 @@ def test_a_hung_rank_does_not_hang_the_others(tmp_path: Path) -> None:
     """When rank 1 stops logging, rank 0's monitoring collective gives up after its timeout with
     a clear error, rank 0's loop runs at full speed, and every step still reaches the journal."""
     result = torchrun(SCRIPTS / "ranks_worker.py", 2, str(tmp_path), "hang")
-    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    reports = printed_objects(result.stdout)
     rank0 = next(r for r in reports if r["rank"] == 0)
     assert rank0["loop_s"] < 2.5  # 40 steps of 10 ms; not held up by the 3 s timeout
     assert "cross-rank statistics stopped" in result.stderr
