@@ -164,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                 monitor.flush()
     if monitor is not None:
         monitor.close()
-    model = "Linear(16, 10)" if args.tiny else "MLP 256-1024-1024-10"
+    model_name = "Linear(16, 10)" if args.tiny else "MLP 256-1024-1024-10"
     print(
-        f"{model}, python {sys.version.split()[0]}, torch {torch.__version__}, deepspeed "
+        f"{model_name}, python {sys.version.split()[0]}, torch {torch.__version__}, deepspeed "
         f"{deepspeed.__version__}, {args.rounds} rounds x {args.steps} steps, "
         f"load {load_start:.2f} -> {os.getloadavg()[0]:.2f}"
     )
