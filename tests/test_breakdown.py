@@ -234,3 +234,20 @@ def test_phase_clock_nesting_unmatched_ends_and_collectives_inside_a_phase(
     fake.now += 0.002
     clock.end(OPTIMIZER)
     assert clock.take(fake.now) == pytest.approx([0.0, 0.0, 0.0, 0.0, 2.0])
+
+
+def test_step_end_takes_per_step_work_and_extra_metrics(tmp_path: Path) -> None:
+    """step_end(samples=, tokens=, extras=) logs that step's rates over its own time and the
+    extra pairs at the same step; step_begin starts the first step's clock."""
+    with trainmon.Monitor(config(tmp_path, wall_clock_breakdown=False)) as monitor:
+        instrument = StepInstrument(monitor)
+        instrument.step_begin()
+        time.sleep(0.01)
+        instrument.step_end(7, samples=4, tokens=100, extras=[("eval/acc", 0.5)])
+        instrument.close()
+    values = per_step(tmp_path / "job")[7]
+    seconds = values["perf/step_time_ms"] / 1e3
+    assert seconds >= 0.01
+    assert values["perf/samples_per_sec"] == pytest.approx(4 / seconds)
+    assert values["perf/tokens_per_sec"] == pytest.approx(100 / seconds)
+    assert values["eval/acc"] == 0.5 and "train/loss" not in values
