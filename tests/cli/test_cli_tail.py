@@ -134,6 +134,9 @@ def test_follow_prints_new_windows_and_alerts_and_exits_0_on_ctrl_c(tmp_path: Pa
         [sys.executable, "-m", "trainmon", "tail", str(folder), "-f", "--interval", "0.05"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # a suite started in the background by a shell without job control inherits SIGINT
+        # ignored, and Python then never raises KeyboardInterrupt: give the child the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         time.sleep(0.3)
