@@ -11,6 +11,14 @@ import trainmon
 from test_distributed import torchrun as run_torchrun
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
+#: The step-time parts the drivers log, which must add up to no more than the step.
+PARTS = (
+    "perf/data_ms",
+    "perf/forward_ms",
+    "perf/backward_inner_ms",
+    "perf/optimizer_ms",
+    "perf/comm_ms",
+)
 
 
 def journal_steps(folder: Path) -> dict[int, dict[str, Any]]:

@@ -13,19 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import SCRIPTS, journal_steps, tensorboard_scalars
+from helpers import PARTS, SCRIPTS, journal_steps, tensorboard_scalars
 
 pytest.importorskip("trainmon.integrations.lightning")
 sys.path.insert(0, str(SCRIPTS))
 import lightning_worker
-
-PARTS = (
-    "perf/data_ms",
-    "perf/forward_ms",
-    "perf/backward_inner_ms",
-    "perf/optimizer_ms",
-    "perf/comm_ms",
-)
 
 
 def check_logged_like_lightning(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:

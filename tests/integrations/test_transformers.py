@@ -11,21 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import SCRIPTS, journal_steps, tensorboard_scalars, torchrun
+from helpers import PARTS, SCRIPTS, journal_steps, tensorboard_scalars, torchrun
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(SCRIPTS))
 import hf_worker
 
 from trainmon.integrations.transformers import metric_name
-
-PARTS = (
-    "perf/data_ms",
-    "perf/forward_ms",
-    "perf/backward_inner_ms",
-    "perf/optimizer_ms",
-    "perf/comm_ms",
-)
 
 
 def test_trainer_keys_get_trainmon_names() -> None:
