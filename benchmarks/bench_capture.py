@@ -36,7 +36,7 @@ import trainmon
 
 capture: Callable[..., Any] | None
 try:
-    from trainmon.values import capture
+    from trainmon.core.values import capture
 except ImportError:  # a trainmon from before capture (to compare against): that case is skipped
     capture = None
 

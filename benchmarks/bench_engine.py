@@ -71,9 +71,9 @@ import harness
 import trainmon
 
 try:  # what the engine runs on the training thread for its grad norm
-    from trainmon.instrument.gradnorm import grad_norm as engine_grad_norm
+    from trainmon.collect.instrument.gradnorm import grad_norm as engine_grad_norm
 except ImportError:  # a trainmon from before the instrument component, for before/after runs
-    from trainmon.meters import total_grad_norm as engine_grad_norm
+    from trainmon.collect.meters import total_grad_norm as engine_grad_norm
 
 IN_FEATURES, HIDDEN, CLASSES, BATCH = 256, 1024, 10, 64
 TINY_FEATURES = 16  # the tiny model: one Linear(16, 10), where the engine's own cost shows

@@ -26,7 +26,7 @@ import torch
 
 import harness
 import trainmon
-from trainmon.records import snapshot_histogram
+from trainmon.core.records import snapshot_histogram
 
 
 def _per_call_us(

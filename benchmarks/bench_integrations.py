@@ -137,7 +137,7 @@ def accelerate_driver(base: Path) -> tuple[Callable[[int], None], Callable[[int]
 
 def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
     """The Lightning row's gradient norm by itself (the part a user logging it pays anyway)."""
-    from trainmon.meters import total_grad_norm
+    from trainmon.collect.meters import total_grad_norm
 
     module = torch.nn.Linear(4, 4)
     grads = [torch.randn_like(p) for p in module.parameters()]

@@ -74,8 +74,8 @@ def value(metric_index: int, step: int, rng: random.Random) -> float:
 def generate(folder: Path, scalars: int) -> dict[str, Any]:
     """The same values as a DeepSpeed-style event file (x = samples) and as a trainmon journal
     (x = steps, with a window record every 50 steps, as a Monitor writes it)."""
-    from trainmon.aggregate import WindowAggregator
-    from trainmon.events import StepScalars
+    from trainmon.core.aggregate import WindowAggregator
+    from trainmon.core.events import StepScalars
     from trainmon.writers.jsonl import JsonlWriter
     from trainmon.writers.tensorboard import TensorBoardWriter
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 import harness
-from trainmon.distributed import REDUCED_METRICS, summarise_ranks
+from trainmon.core.cross_rank import REDUCED_METRICS, summarise_ranks
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "scale_worker.py"

@@ -673,7 +673,7 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
     No thread, no wake-ups, no GIL hand-offs: the marginal cost of the work itself.
     """
     import trainmon
-    from trainmon.events import StepScalars
+    from trainmon.core.events import StepScalars
     from trainmon.writers.csv import CsvWriter
     from trainmon.writers.jsonl import JsonlWriter
     from trainmon.writers.tensorboard import TensorBoardWriter
@@ -716,7 +716,7 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
     )
 
     def aggregator() -> Callable[[], Any]:
-        from trainmon.aggregate import WindowAggregator
+        from trainmon.core.aggregate import WindowAggregator
 
         return partial(WindowAggregator(10).add, records)
 
@@ -730,7 +730,7 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
         piece(label, partial(partial, writer.write, records))
 
     def jsonl_windows() -> Callable[[], Any]:
-        from trainmon.aggregate import WindowAggregator
+        from trainmon.core.aggregate import WindowAggregator
 
         windows = WindowAggregator(10).add(records)
         return partial(writers[1][1].write_windows, windows)

@@ -6,8 +6,8 @@ per window, from the background thread) and rank 0 turns the table into ``<metri
 measures, under ``torch.distributed.run`` on the CPU with gloo, what that costs per window as
 the number of ranks grows.
 
-Each rank builds a :class:`trainmon.distributed.CrossRankReducer` and a synthetic
-:class:`~trainmon.aggregate.WindowStats` holding every metric of ``REDUCED_METRICS`` (rank
+Each rank builds a :class:`trainmon.core.cross_rank.CrossRankReducer` and a synthetic
+:class:`~trainmon.core.aggregate.WindowStats` holding every metric of ``REDUCED_METRICS`` (rank
 ``r`` is made the slowest by ``r`` ms, so rank 0 can check the answer). Measured, each call
 preceded by an untimed barrier so that ranks arrive together as they do after a training step:
 
@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 
 import harness
-from trainmon.aggregate import MetricStats, WindowStats
-from trainmon.distributed import REDUCED_METRICS, CrossRankReducer, pack_window, summarise_ranks
+from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.cross_rank import REDUCED_METRICS, CrossRankReducer, pack_window, summarise_ranks
 
 STEPS_PER_WINDOW = 10
 

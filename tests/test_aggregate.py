@@ -10,8 +10,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import trainmon
 from conftest import local_config
-from trainmon.aggregate import WindowAggregator
-from trainmon.events import StepScalars
+from trainmon.core.aggregate import WindowAggregator
+from trainmon.core.events import StepScalars
 
 
 def test_statistics_match_independent_computation() -> None:

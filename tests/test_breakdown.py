@@ -13,7 +13,7 @@ import torch
 
 import trainmon
 from conftest import printed_objects
-from trainmon.instrument import StepInstrument
+from trainmon.collect.instrument import StepInstrument
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PARTS = (
@@ -207,8 +207,15 @@ def test_phase_clock_nesting_unmatched_ends_and_collectives_inside_a_phase(
     """Nested phases pause the outer one; an end without a begin is ignored; ending an outer
     phase closes inner ones left open; collective time counted by the comm source while a phase
     runs is taken out of that phase; an open phase is cut at take() and keeps running."""
-    from trainmon.instrument import clock as clock_module
-    from trainmon.instrument.clock import BACKWARD, COMM, DATA, FORWARD, OPTIMIZER, HostPhaseClock
+    from trainmon.collect.instrument import clock as clock_module
+    from trainmon.collect.instrument.clock import (
+        BACKWARD,
+        COMM,
+        DATA,
+        FORWARD,
+        OPTIMIZER,
+        HostPhaseClock,
+    )
 
     fake = FakeTime()
     monkeypatch.setattr(clock_module, "_now", fake)

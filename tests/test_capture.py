@@ -17,7 +17,7 @@ import torch
 
 import trainmon
 from conftest import host_read_spy
-from trainmon.place import ProcessPlace
+from trainmon.core.place import ProcessPlace
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -339,7 +339,7 @@ def test_the_background_thread_waits_for_the_copy_event(
     thread waits on it, before reading the copy (simulated: an event that records who waits)."""
     import threading
 
-    import trainmon.values as values_module
+    import trainmon.core.values as values_module
 
     caller = threading.get_ident()
     waits: list[int] = []

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.events import StepScalars
+from trainmon.core.events import StepScalars
 from trainmon.journal import read_journal
 from trainmon.report.csvfiles import read_metric_csv
 from trainmon.report.loading import load_run

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from trainmon import Monitor, read_journal
-from trainmon.comms import (
+from trainmon.collect.comms import (
     SUPPORTED_OPS,
     CommsLogger,
     bandwidth_gbps,
@@ -26,7 +26,7 @@ from trainmon.comms import (
     volume_factors,
 )
 from trainmon.config import CommsLoggerConfig
-from trainmon.values import Deferred
+from trainmon.core.values import Deferred
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")

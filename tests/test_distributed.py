@@ -16,7 +16,7 @@ import pytest
 
 import trainmon
 from conftest import printed_objects
-from trainmon.distributed import summarise_ranks
+from trainmon.core.cross_rank import summarise_ranks
 from trainmon.logging import configure_logging, log_dist, rank_file
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -265,9 +265,9 @@ def test_windows_of_late_values_are_not_gathered() -> None:
     may have folded those values into the earlier window, so gathering it would desync them)."""
     import torch.distributed as dist
 
-    from trainmon.aggregate import WindowAggregator
-    from trainmon.distributed import CrossRankReducer
-    from trainmon.events import StepScalars
+    from trainmon.core.aggregate import WindowAggregator
+    from trainmon.core.cross_rank import CrossRankReducer
+    from trainmon.core.events import StepScalars
 
     assert not dist.is_initialized()
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

@@ -20,7 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import trainmon
-from trainmon.engine import EngineUsageError, TrainmonEngine, resolve_batch_sizes
+from trainmon.integrations.engine import EngineUsageError, TrainmonEngine, resolve_batch_sizes
 
 STEP_METRICS = {
     "train/loss",
@@ -757,9 +757,9 @@ def test_comms_logger_feeds_comm_ms_and_is_closed(
         def uninstall(self) -> None:
             calls.append("uninstall")
 
-    fake = type(sys)("trainmon.comms")
+    fake = type(sys)("trainmon.collect.comms")
     fake.CommsLogger = FakeCommsLogger  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "trainmon.comms", fake)
+    monkeypatch.setitem(sys.modules, "trainmon.collect.comms", fake)
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:

@@ -17,7 +17,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from trainmon import ConfigError, Monitor, Writer, read_journal
-from trainmon.events import StepScalars
+from trainmon.core.events import StepScalars
 from trainmon.writers.jsonl import JsonlWriter
 
 FILE_SECTIONS = ("tensorboard", "csv_monitor", "jsonl")

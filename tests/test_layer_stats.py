@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import trainmon
-from trainmon.layer_stats import group_of
+from trainmon.collect.layer_stats import group_of
 
 
 class Net(nn.Module):

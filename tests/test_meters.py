@@ -13,15 +13,15 @@ import pytest
 import torch
 
 import trainmon
-from trainmon import meters
-from trainmon.device_timing import (
+from trainmon.collect import meters
+from trainmon.collect.device_timing import (
     CudaSpanTimer,
     EventPool,
     EventSpans,
     HostSpanTimer,
     span_timers,
 )
-from trainmon.values import Deferred
+from trainmon.core.values import Deferred
 
 # ---- memory ------------------------------------------------------------------------------------
 

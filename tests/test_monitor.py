@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import trainmon
 from conftest import host_read_spy, local_config
-from trainmon.place import ProcessPlace
+from trainmon.core.place import ProcessPlace
 
 
 def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -1,4 +1,4 @@
-"""``trainmon.place``: rank discovery from launchers' environments, local rank, the logging rank."""
+"""``trainmon.core.place``: rank discovery from launchers' environments, local and logging rank."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 import trainmon
-from trainmon.errors import ConfigError
-from trainmon.place import (
+from trainmon.core.place import (
     ProcessPlace,
     discover,
     local_rank,
     logging_rank,
     writes_on_rank,
 )
+from trainmon.errors import ConfigError
 
 
 def test_rank_discovery_order() -> None:
@@ -86,9 +86,9 @@ def test_monitor_writes_on_the_logging_rank_only(tmp_path: Path) -> None:
 
 def test_place_is_a_leaf() -> None:
     """place.py imports nothing from trainmon but errors, so everyone may import it."""
-    import trainmon.place
+    import trainmon.core.place
 
-    tree = ast.parse(Path(trainmon.place.__file__).read_text())
+    tree = ast.parse(Path(trainmon.core.place.__file__).read_text())
     imported = {
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
     } | {

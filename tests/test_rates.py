@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import trainmon
-from trainmon.aggregate import WindowAggregator, WindowStats
-from trainmon.distributed import pack_window, summarise_ranks
-from trainmon.events import StepScalars
+from trainmon.core.aggregate import WindowAggregator, WindowStats
+from trainmon.core.cross_rank import pack_window, summarise_ranks
+from trainmon.core.events import StepScalars
 
 SLEEPS_S = (0.19, 0.01)  # odd steps 10 ms, even steps 190 ms
 SAMPLES_PER_STEP = 16

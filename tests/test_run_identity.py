@@ -16,7 +16,7 @@ import pytest
 import trainmon
 import trainmon.extras
 from trainmon.config import load_config
-from trainmon.place import ProcessPlace
+from trainmon.core.place import ProcessPlace
 from trainmon.writers import run_identity
 from writers.test_wandb import _isolate, _teardown_wandb, read_run
 

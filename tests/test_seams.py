@@ -18,17 +18,35 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "trainmon"
 # (module path relative to src/trainmon, expression) -> why trainmon may use it.
 THIRD_PARTY_PRIVATE = {
     (
-        "instrument/gradnorm.py",
+        "collect/instrument/gradnorm.py",
         "torch._foreach_norm",
     ): "torch's fused multi-tensor norm (no public API)",
-    ("meters.py", "torch._foreach_norm"): "torch's fused multi-tensor norm (no public API)",
-    ("layer_stats.py", "torch._foreach_norm"): "torch's fused multi-tensor norm (no public API)",
-    ("layer_stats.py", "torch._foreach_mul"): "torch's fused multi-tensor ops (no public API)",
-    ("layer_stats.py", "torch._foreach_sub_"): "torch's fused multi-tensor ops (no public API)",
-    ("values.py", "torch._C"): "torch's C extension types (_TensorBase) for fast type checks",
-    ("engine.py", "_utils._flatten_dense_tensors"): "torch._utils bucket flattening, as DDP does",
-    ("engine.py", "_utils._unflatten_dense_tensors"): "torch._utils bucket flattening, as DDP does",
-    ("comms.py", "sys._getframe"): "caller name for debug comms records, cheaper than inspect",
+    ("collect/meters.py", "torch._foreach_norm"): "torch's fused multi-tensor norm (no public API)",
+    (
+        "collect/layer_stats.py",
+        "torch._foreach_norm",
+    ): "torch's fused multi-tensor norm (no public API)",
+    (
+        "collect/layer_stats.py",
+        "torch._foreach_mul",
+    ): "torch's fused multi-tensor ops (no public API)",
+    (
+        "collect/layer_stats.py",
+        "torch._foreach_sub_",
+    ): "torch's fused multi-tensor ops (no public API)",
+    ("core/values.py", "torch._C"): "torch's C extension types (_TensorBase) for fast type checks",
+    (
+        "integrations/engine.py",
+        "_utils._flatten_dense_tensors",
+    ): "torch._utils bucket flattening, as DDP does",
+    (
+        "integrations/engine.py",
+        "_utils._unflatten_dense_tensors",
+    ): "torch._utils bucket flattening, as DDP does",
+    (
+        "collect/comms.py",
+        "sys._getframe",
+    ): "caller name for debug comms records, cheaper than inspect",
     ("alerts/watchdog.py", "sys._current_frames"): "stack dump of the stalled training thread",
     (
         "alerts/sinks/webhook.py",
@@ -193,7 +211,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_among_trainmon_modules() -> None:
     graph = import_graph()
-    assert graph["trainmon.monitor"], "the import graph found no imports: the walker is broken"
+    assert graph["trainmon.core.monitor"], "the import graph found no imports: the walker is broken"
     cycles = _cycles(graph)
     assert not cycles, "import cycles at import time:\n" + "\n".join(
         " <-> ".join(c) for c in cycles

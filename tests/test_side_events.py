@@ -11,8 +11,8 @@ from typing import ClassVar
 import pytest
 
 import trainmon
-from trainmon.aggregate import WindowStats
-from trainmon.events import StepScalars
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import StepScalars
 from trainmon.integrations.deepspeed import merge_configs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainmon.throughput import PEAK_TFLOPS, mfu, peak_tflops_for, tflops
+from trainmon.collect.throughput import PEAK_TFLOPS, mfu, peak_tflops_for, tflops
 
 
 @pytest.mark.parametrize(

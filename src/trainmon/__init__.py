@@ -4,16 +4,16 @@
 imports its SDK only when it is enabled.
 """
 
-from trainmon.aggregate import MetricStats, WindowStats
 from trainmon.alerts.model import Alert
-from trainmon.callbacks import Callback
 from trainmon.config import TrainmonConfig, load_config
-from trainmon.engine import TrainmonEngine, initialize
+from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.callbacks import Callback
+from trainmon.core.events import StepScalars
+from trainmon.core.monitor import Monitor
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
-from trainmon.events import StepScalars
 from trainmon.integrations.deepspeed import attach
+from trainmon.integrations.engine import TrainmonEngine, initialize
 from trainmon.journal import read_journal
-from trainmon.monitor import Monitor
 from trainmon.version import __version__
 from trainmon.writers.base import NullWriter, Writer
 

@@ -15,7 +15,7 @@ Schema version 1, one JSON object per line, append-only:
   "last": n}}}`` — the aggregate of one window (``steps_per_print`` steps by default), written
   after that window's ``scalars`` lines. For a rate metric (``perf/samples_per_sec``, any
   ``*_per_sec``, ...) ``mean`` is the window's work over its time (see
-  :mod:`trainmon.aggregate`).
+  :mod:`trainmon.core.aggregate`).
 
 * ``{"v": 1, "kind": "histogram", "name": str, "step": int, "time": <unix s>, "edges":
   [n, ...], "counts": [int, ...], "min": n, "max": n, "num": int, "sum": n, "sum_squares": n,

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TextIO
 
-from trainmon.place import discover
+from trainmon.core.place import discover
 
 LOGGER_NAME = "trainmon"
 DEFAULT_FORMAT = "[trainmon] [Rank %(rank)s] %(levelname)s %(message)s"

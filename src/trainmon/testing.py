@@ -10,8 +10,8 @@ import threading
 from collections.abc import Sequence
 from typing import Literal
 
-from trainmon.aggregate import WindowStats
-from trainmon.events import Extra, Number, StepScalars
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Extra, Number, StepScalars
 from trainmon.writers.base import RunStatus, Writer
 
 __all__ = ["MemoryWriter"]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.aggregate import WindowStats
 from trainmon.alerts.model import Alert
-from trainmon.place import ProcessPlace
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.place import ProcessPlace
 
 
 class Inbox:

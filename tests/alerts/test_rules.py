@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.aggregate import MetricStats, WindowStats
 from trainmon.alerts.engine import AlertEngine
 from trainmon.alerts.model import Alert
 from trainmon.config import AlertRuleConfig
-from trainmon.events import StepScalars
+from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.events import StepScalars
 
 # ---- configs: bad rules fail at start-up -----------------------------------------------------
 

@@ -27,9 +27,9 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 import trainmon
-from trainmon.comms import SUPPORTED_OPS, CommsLogger
+from trainmon.collect.comms import SUPPORTED_OPS, CommsLogger
 from trainmon.config import CommsLoggerConfig
-from trainmon.values import Deferred
+from trainmon.core.values import Deferred
 
 KIB = 256  # float32 elements in 1 KiB
 MIB = 256 * 1024  # float32 elements in 1 MiB

@@ -19,10 +19,10 @@ from comet_offline import comet_offline, only_experiment, read_offline, same_num
 import trainmon
 import trainmon.extras
 from trainmon.config import CometConfig
+from trainmon.core.events import StepScalars
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
-from trainmon.events import StepScalars
 from trainmon.journal import read_journal
-from trainmon.place import ProcessPlace
 
 __all__ = ["comet_offline"]  # the fixture, imported for pytest
 

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from trainmon.aggregate import WindowAggregator
 from trainmon.config import load_config
-from trainmon.events import StepScalars
-from trainmon.place import ProcessPlace
+from trainmon.core.aggregate import WindowAggregator
+from trainmon.core.events import StepScalars
+from trainmon.core.place import ProcessPlace
 from trainmon.writers import build_writers
 from trainmon.writers.console import (
     MAX_LINE_CHARS,

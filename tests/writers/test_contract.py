@@ -35,9 +35,9 @@ from typing import Any, Literal
 
 import pytest
 
-from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.config import CometConfig, MlflowConfig, PrometheusConfig, WandbConfig
-from trainmon.events import StepScalars
+from trainmon.core.aggregate import WindowAggregator, WindowStats
+from trainmon.core.events import StepScalars
 from trainmon.journal import read_journal
 from trainmon.testing import MemoryWriter
 from trainmon.writers import Writer, WriterGroup, register_writer, unregister_writer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from trainmon.events import StepScalars
+from trainmon.core.events import StepScalars
 from trainmon.writers import csv as csv_module
 from trainmon.writers.csv import CsvWriter
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmon.events import StepScalars
+from trainmon.core.events import StepScalars
 from trainmon.journal import read_journal
 from trainmon.writers.jsonl import JsonlWriter
 

@@ -25,9 +25,9 @@ import pytest
 import trainmon
 import trainmon.extras
 from trainmon.config import load_config
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.journal import read_journal
-from trainmon.place import ProcessPlace
 
 needs_mlflow = pytest.mark.skipif(
     not (trainmon.extras.is_installed("mlflow") and trainmon.extras.is_installed("sqlalchemy")),

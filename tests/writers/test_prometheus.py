@@ -24,10 +24,10 @@ import pytest
 import trainmon
 import trainmon.extras
 from trainmon.config import PrometheusConfig, load_config
+from trainmon.core.events import StepScalars
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
-from trainmon.events import StepScalars
 from trainmon.journal import read_journal
-from trainmon.place import ProcessPlace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "alerts"))
 from servers import (  # the shared server helpers live beside the alert tests

@@ -18,8 +18,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto.event_pb2 import Event
 
 import trainmon.extras
+from trainmon.core.events import Number, StepScalars
 from trainmon.errors import MissingExtraError
-from trainmon.events import Number, StepScalars
 from trainmon.writers.tensorboard import TensorBoardWriter
 
 

@@ -24,9 +24,9 @@ import pytest
 import trainmon
 import trainmon.extras
 from trainmon.config import WandbConfig, load_config
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.journal import read_journal
-from trainmon.place import ProcessPlace
 
 needs_wandb = pytest.mark.skipif(
     not trainmon.extras.is_installed("wandb"), reason='needs pip install "trainmon[wandb]"'

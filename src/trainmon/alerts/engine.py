@@ -1,9 +1,9 @@
 """The alert engine: rules on the monitor's background stream, the stall watchdog, delivery.
 
 :func:`build_alerts` turns ``config.alerts`` into an :class:`AlertSystem` (or None when there
-are no rules); the :class:`~trainmon.monitor.Monitor` starts it and closes it. On the rank that
+are no rules); the :class:`~trainmon.core.monitor.Monitor` starts it and closes it. On the rank that
 writes, an :class:`AlertEngine` watches the pipeline as an
-:class:`~trainmon.pipeline.Observer`; on every rank a
+:class:`~trainmon.core.pipeline.Observer`; on every rank a
 :class:`~trainmon.alerts.watchdog.StallWatchdog` watches the training thread's progress.
 
 Where each metric rule looks (see :mod:`trainmon.alerts.rules` for the kinds):
@@ -40,19 +40,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainmon.aggregate import WindowStats
 from trainmon.alerts.model import Alert
 from trainmon.alerts.rules import AlertTracker, Condition, build_condition
 from trainmon.alerts.watchdog import StallWatchdog
+from trainmon.collect.layer_stats import LayerHistory, explained
 from trainmon.config import AlertRuleConfig, TrainmonConfig
-from trainmon.events import StepScalars
-from trainmon.layer_stats import LayerHistory, explained
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import StepScalars
+from trainmon.core.pipeline import Observer
+from trainmon.core.place import ProcessPlace, logging_rank, writes_on_rank
 from trainmon.logging import get_logger
-from trainmon.pipeline import Observer
-from trainmon.place import ProcessPlace, logging_rank, writes_on_rank
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
 
 __all__ = [
     "ALERT_METRIC_PREFIX",
@@ -163,7 +163,8 @@ class AlertEngine(Observer):
 
     def explain_with_layers(self) -> None:
         """From now on, firing spike/growth/non_finite alerts name the module groups whose
-        gradient norm moved most (``layers/*/grad_norm``, see :mod:`trainmon.layer_stats`)."""
+        gradient norm moved most (``layers/*/grad_norm``, see
+        :mod:`trainmon.collect.layer_stats`)."""
         if self._layers is None:
             self._layers = LayerHistory()
 

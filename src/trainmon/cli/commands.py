@@ -32,7 +32,7 @@ def _print_json(obj: object) -> None:
 
 def demo(args: argparse.Namespace) -> int:
     """Train the demo model, then write and name its report."""
-    from trainmon.demo import run_demo
+    from trainmon.cli.demo import run_demo
 
     print(f"trainmon demo: training a small MLP for {args.steps} steps on the CPU ...", flush=True)
     output = Path(args.output)

@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from trainmon.aggregate import MetricStats, WindowStats
 from trainmon.alerts.model import ALERTS_FILE
+from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.journal import JOURNAL_FILE, decode_value
 from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError

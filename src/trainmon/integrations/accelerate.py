@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
+from trainmon.core.monitor import Monitor
 from trainmon.extras import require
-from trainmon.instrument import StepInstrument
 from trainmon.integrations.common import LazyMonitor
-from trainmon.monitor import Monitor
 
 _tracking = require("accelerate.tracking", "accelerate", "trainmon.integrations.accelerate")
 GeneralTracker: Any = _tracking.GeneralTracker
@@ -29,7 +29,7 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
     Metric names are kept as given. With ``samples_per_step`` (this process's samples per
     optimizer step, e.g. batch size × accumulation), each new ``step`` given to
     ``accelerator.log`` also closes one training step of a
-    :class:`~trainmon.instrument.StepInstrument`: ``perf/step_time_ms`` (the time since the
+    :class:`~trainmon.collect.instrument.StepInstrument`: ``perf/step_time_ms`` (the time since the
     previous new step; from the second logged step on), ``perf/samples_per_sec``
     (``samples_per_step`` over that time) and ``mem/*``; log once per optimizer step for these
     to be per step. A stop asked by an alert rule is :attr:`stop_reason` (Accelerate has no

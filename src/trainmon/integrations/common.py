@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.monitor import Monitor
+from trainmon.core.monitor import Monitor
 from trainmon.writers.base import RunStatus
 
 

@@ -6,7 +6,7 @@ The driver wraps the engine's public ``forward``, ``backward``, ``step``,
 :class:`DeepSpeedEvents`, which sends DeepSpeed's own ``(name, value, global_samples)`` events
 through trainmon's background writers. DeepSpeed is imported only when a breakdown is taken
 over, never by ``import trainmon``. Every measurement
-is :class:`~trainmon.instrument.StepInstrument`'s; the driver only calls its hooks.
+is :class:`~trainmon.collect.instrument.StepInstrument`'s; the driver only calls its hooks.
 
 What touches DeepSpeed's internals, on purpose and only here: with DeepSpeed's own
 ``wall_clock_breakdown`` on, ``engine._config.wall_clock_breakdown`` is set to false and
@@ -26,14 +26,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainmon.checkpoint import load_monitor_state, save_monitor_state
+from trainmon.collect.instrument import (
+    BACKWARD,
+    COMM,
+    FORWARD,
+    OPTIMIZER,
+    StepInstrument,
+    grad_norm,
+)
 from trainmon.config import TrainmonConfig, load_config
-from trainmon.distributed import MONITORING_CALL
+from trainmon.core.cross_rank import MONITORING_CALL
+from trainmon.core.monitor import Monitor
+from trainmon.core.values import Deferred
 from trainmon.errors import TrainmonError
-from trainmon.instrument import BACKWARD, COMM, FORWARD, OPTIMIZER, StepInstrument, grad_norm
+from trainmon.integrations.checkpoint import load_monitor_state, save_monitor_state
 from trainmon.logging import get_logger
-from trainmon.monitor import Monitor
-from trainmon.values import Deferred
 
 _log = get_logger("deepspeed")
 

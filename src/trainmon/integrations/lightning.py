@@ -19,14 +19,14 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from trainmon.collect.instrument import StepInstrument
+from trainmon.collect.meters import total_grad_norm
 from trainmon.config import ConfigSource
+from trainmon.core.monitor import Monitor
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
-from trainmon.instrument import StepInstrument
 from trainmon.integrations.common import LazyMonitor, device_of
 from trainmon.logging import get_logger
-from trainmon.meters import total_grad_norm
-from trainmon.monitor import Monitor
 
 _log = get_logger("lightning")
 
@@ -131,7 +131,7 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
 
 
 class TrainmonCallback(_Callback):  # type: ignore[misc]
-    """Drives a :class:`~trainmon.instrument.StepInstrument` from Lightning's hooks.
+    """Drives a :class:`~trainmon.collect.instrument.StepInstrument` from Lightning's hooks.
 
     Per optimizer step, at ``trainer.global_step``: ``perf/step_time_ms``,
     ``perf/samples_per_sec`` (the samples of the step's batches, by Lightning's

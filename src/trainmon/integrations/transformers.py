@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
+from trainmon.core.monitor import Monitor
+from trainmon.core.pipeline import Item
 from trainmon.extras import require
-from trainmon.instrument import StepInstrument
 from trainmon.integrations.common import LazyMonitor, device_of
-from trainmon.monitor import Monitor
-from trainmon.pipeline import Item
 
 _transformers = require("transformers", "transformers", "trainmon.integrations.transformers")
 TrainerCallback: Any = _transformers.TrainerCallback
@@ -63,8 +63,8 @@ def _is_scalar(value: Any) -> bool:
 
 
 class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
-    """Drives a :class:`~trainmon.instrument.StepInstrument` from the Trainer's hooks and sends
-    the Trainer's logs to the same :class:`~trainmon.Monitor`.
+    """Drives a :class:`~trainmon.collect.instrument.StepInstrument` from the Trainer's hooks
+    and sends the Trainer's logs to the same :class:`~trainmon.Monitor`.
 
     ``config`` is a trainmon/DeepSpeed-style config (dict, path or ``TrainmonConfig``); the
     monitor is built at ``on_train_begin`` (the process group exists by then) and closed at

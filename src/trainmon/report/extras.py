@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainmon.records import hparam_differences
+from trainmon.core.records import hparam_differences
 from trainmon.report.charts import PALETTE
 from trainmon.report.model import Run
 from trainmon.report.text import number

@@ -49,7 +49,7 @@ DEEPSPEED_ROLES = {
     "train/samples/elapsed_time_ms_step": "perf/optimizer_ms",
 }
 
-#: Suffixes of the cross-rank window metrics (see :mod:`trainmon.distributed`).
+#: Suffixes of the cross-rank window metrics (see :mod:`trainmon.core.cross_rank`).
 CROSS_RANK_STATS = ("min", "mean", "max", "argmax_rank")
 
 #: The parts of a step, as (label, metric), in the order they are stacked. They are disjoint

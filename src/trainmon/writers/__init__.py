@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainmon.config import DEFAULT_JOB_NAME, OutputSection, TrainmonConfig
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.logging import get_logger
-from trainmon.place import ProcessPlace
 from trainmon.writers.base import NullWriter, Writer, WriterGroup
 from trainmon.writers.custom import (
     build_custom_writer,

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from trainmon.aggregate import WindowStats
-from trainmon.events import Extra, StepScalars
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Extra, StepScalars
 from trainmon.logging import get_logger
 
 _log = get_logger("writers")
@@ -78,7 +78,7 @@ class Writer(abc.ABC):
         return 0
 
     def write_extras(self, records: Sequence[Extra]) -> None:  # noqa: B027 - optional hook
-        """Receive histograms, text and hyper-parameters (:mod:`trainmon.events`), in stream
+        """Receive histograms, text and hyper-parameters (:mod:`trainmon.core.events`), in stream
         order; a backend that cannot show a kind ignores it (the default ignores all)."""
 
     def __repr__(self) -> str:

@@ -30,10 +30,10 @@ from typing import Any
 
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, CometConfig, TrainmonConfig
+from trainmon.core.events import Number, StepScalars
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, first_line
-from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.place import ProcessPlace
 from trainmon.writers.base import Writer
 
 _log = get_logger("comet")

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TextIO
 
-from trainmon.aggregate import MetricStats, WindowStats
-from trainmon.events import Extra, Number, Progress, StepScalars
+from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.events import Extra, Number, Progress, StepScalars
 from trainmon.writers.base import Writer
 
 #: The step's disjoint parts (label, metric, older name of the same part); what they leave of
@@ -347,7 +347,7 @@ class ConsoleWriter(Writer):
         self._live_shown = True
 
     def write_extras(self, records: Sequence[Extra]) -> None:
-        """A :class:`~trainmon.events.Progress` sets the total (histograms etc. are not shown)."""
+        """A :class:`~trainmon.core.events.Progress` sets the total (histograms are not shown)."""
         for record in records:
             if isinstance(record, Progress):
                 self.total_steps = record.total_steps

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.events import Number, StepScalars
+from trainmon.core.events import Number, StepScalars
 from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, inside, safe_file_name
 

@@ -29,9 +29,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainmon.aggregate import WindowStats
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Extra, StepScalars
 from trainmon.errors import ConfigError, did_you_mean
-from trainmon.events import Extra, StepScalars
 from trainmon.writers.base import RunStatus, Writer
 
 WriterFactory = Callable[..., Any]

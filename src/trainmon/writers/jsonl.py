@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainmon.aggregate import WindowStats
-from trainmon.events import Extra, Histogram, Hparams, StepScalars, Text
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Extra, Histogram, Hparams, StepScalars, Text
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer

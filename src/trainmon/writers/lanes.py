@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from trainmon.aggregate import WindowStats
-from trainmon.events import Extra, StepScalars
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Extra, StepScalars
 from trainmon.logging import get_logger
 from trainmon.writers.base import RunStatus, Writer, WriterGroup
 

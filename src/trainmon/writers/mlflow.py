@@ -41,9 +41,9 @@ from typing import Any
 
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
-from trainmon.events import Extra, Hparams, StepScalars
+from trainmon.core.events import Extra, Hparams, StepScalars
+from trainmon.core.place import ProcessPlace
 from trainmon.logging import get_logger
-from trainmon.place import ProcessPlace
 from trainmon.writers.base import RunStatus, Writer
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.

@@ -39,10 +39,10 @@ from typing import Any
 
 from trainmon import extras, redact
 from trainmon.config import PrometheusConfig, TrainmonConfig
+from trainmon.core.events import Number, StepScalars
+from trainmon.core.place import ProcessPlace, local_rank
 from trainmon.errors import first_line
-from trainmon.events import Number, StepScalars
 from trainmon.logging import get_logger
-from trainmon.place import ProcessPlace, local_rank
 from trainmon.writers.base import Writer
 
 _log = get_logger("prometheus")

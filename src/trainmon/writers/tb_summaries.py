@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 
-from trainmon.events import Histogram, HparamValue
+from trainmon.core.events import Histogram, HparamValue
 
 _MASK64 = (1 << 64) - 1
 _pack_d = struct.Struct("<d").pack

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from trainmon import extras
-from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
+from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
 from trainmon.writers.tb_summaries import (

@@ -40,10 +40,10 @@ from typing import Any
 
 from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
+from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
+from trainmon.core.place import ProcessPlace
 from trainmon.errors import first_line
-from trainmon.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.logging import get_logger
-from trainmon.place import ProcessPlace
 from trainmon.writers.base import RunStatus, Writer
 
 _log = get_logger("wandb")

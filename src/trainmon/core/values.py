@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainmon.events import Number
+from trainmon.core.events import Number
 from trainmon.logging import get_logger
 
 _log = get_logger("values")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainmon.values import Deferred, is_tensor
+from trainmon.core.values import Deferred, is_tensor
 
 
 class LossMean(Deferred):

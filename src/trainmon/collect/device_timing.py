@@ -7,7 +7,7 @@ over with :meth:`take`. Two implementations share that interface:
   finished when the call returns.
 * :class:`CudaSpanTimer` records a pair of CUDA events around each span, taken from a reusable
   :class:`EventPool`. :meth:`take` returns an :class:`EventSpans` (a
-  :class:`~trainmon.values.Deferred`) that the monitor's background thread resolves with
+  :class:`~trainmon.core.values.Deferred`) that the monitor's background thread resolves with
   ``end.synchronize()`` and ``start.elapsed_time(end)`` (milliseconds, per the
   ``torch.cuda.Event.elapsed_time`` docs); the events then go back to the pool. The training
   thread only calls ``Event.record``, which enqueues a marker on the stream and returns at once:
@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from trainmon.values import Deferred
+from trainmon.core.values import Deferred
 
 _KEEP_FREE_EVENTS = 512
 

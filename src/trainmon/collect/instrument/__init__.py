@@ -17,7 +17,7 @@ Every hook but ``step_end`` is optional: a driver that sees only the end of each
 the loss still gets the step time, throughput, loss and memory.
 """
 
-from trainmon.instrument.clock import (
+from trainmon.collect.instrument.clock import (
     BACKWARD,
     COMM,
     DATA,
@@ -26,11 +26,11 @@ from trainmon.instrument.clock import (
     PHASES,
     CommSource,
 )
-from trainmon.instrument.gradnorm import NormOfNorms, grad_norm, norm_value
-from trainmon.instrument.loss import LossAccumulator, LossMean
-from trainmon.instrument.memory import MemoryProbe
-from trainmon.instrument.rates import Throughput
-from trainmon.instrument.step import StepInstrument
+from trainmon.collect.instrument.gradnorm import NormOfNorms, grad_norm, norm_value
+from trainmon.collect.instrument.loss import LossAccumulator, LossMean
+from trainmon.collect.instrument.memory import MemoryProbe
+from trainmon.collect.instrument.rates import Throughput
+from trainmon.collect.instrument.step import StepInstrument
 
 #: The breakdown's parts: disjoint, so their sum is at most ``perf/step_time_ms``.
 BREAKDOWN_METRICS = (

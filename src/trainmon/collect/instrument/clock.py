@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from trainmon.device_timing import HostSpanTimer, SpanTimer, span_timers
-from trainmon.values import Deferred
+from trainmon.collect.device_timing import HostSpanTimer, SpanTimer, span_timers
+from trainmon.core.values import Deferred
 
 #: Phase indices (what ``begin``/``end`` take) and their order in :data:`PHASES`.
 DATA, FORWARD, BACKWARD, COMM, OPTIMIZER = range(5)
@@ -186,7 +186,7 @@ class DevicePhaseClock:
 
 
 class CommSource(Protocol):
-    """Where the step's collective time comes from (:class:`trainmon.comms.CommsLogger`)."""
+    """Where the step's collective time comes from (:class:`trainmon.collect.comms.CommsLogger`)."""
 
     def take_step_comm_ms(self) -> float | Deferred:
         """Milliseconds in collectives since the previous call."""

@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainmon.meters import total_grad_norm
-from trainmon.values import Deferred
+from trainmon.collect.meters import total_grad_norm
+from trainmon.core.values import Deferred
 
 
 class NormOfNorms(Deferred):

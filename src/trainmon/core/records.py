@@ -4,7 +4,7 @@ The training thread only takes a snapshot (a tensor is cloned on its own device 
 CUDA event marks when the copy is done; an array is copied; a mapping is flattened into plain
 values). Nothing waits on the device and nothing is binned here: the background thread calls
 :meth:`Pending.build`, which waits for the copy, bins it and returns the
-:class:`~trainmon.events.Histogram` (or the text or hyper-parameters record) the writers get.
+:class:`~trainmon.core.events.Histogram` (or the text or hyper-parameters record) the writers get.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainmon.events import Extra, Histogram, Hparams, HparamValue, Number, Progress, Text
-from trainmon.values import is_tensor
+from trainmon.core.events import Extra, Histogram, Hparams, HparamValue, Number, Progress, Text
+from trainmon.core.values import is_tensor
 
 #: Buckets of a histogram unless the call says otherwise (TensorBoard's own default).
 DEFAULT_BINS = 30

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
     from trainmon.writers.base import Writer
 
 _log = get_logger("checkpoint")

@@ -8,7 +8,7 @@ the background thread finds it idle on its last step, or when the monitor closes
 ``mean`` is NaN (or ±Inf) when any value in the window was; ``min`` and ``max`` are taken over
 the finite values only (they are the last value when none was finite).
 
-For a rate metric (:func:`trainmon.throughput.is_rate`: samples, tokens, TFLOPS, MFU, any
+For a rate metric (:func:`trainmon.collect.throughput.is_rate`: samples, tokens, TFLOPS, MFU, any
 ``*_per_sec``) ``mean`` is the window's rate, work over elapsed time: each value weighted by the
 ``perf/step_time_ms`` logged at the same step, ``Σ(rate·time) / Σtime``. Values at steps without
 a (finite, positive) step time are left out of that; a window where no value has one keeps the
@@ -21,8 +21,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from trainmon.events import Number, StepScalars
-from trainmon.throughput import STEP_TIME_METRIC, is_rate
+from trainmon.collect.throughput import STEP_TIME_METRIC, is_rate
+from trainmon.core.events import Number, StepScalars
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ Rates over a span of steps: each step's rate is that step's work over its own ti
 elapsed time, which is the per-step rates weighted by the step times, never their plain mean
 (steps of 10 ms and 190 ms at 16 samples each run at 160 samples/s, not at the 842 that the
 mean of 1,600 and 84 would say). :func:`is_rate` says which metrics are such rates; the window
-aggregation (:mod:`trainmon.aggregate`), the cross-rank job rate (:mod:`trainmon.distributed`)
-and the report's run figures (:mod:`trainmon.report.summary`) weight them by
-:data:`STEP_TIME_METRIC`.
+aggregation (:mod:`trainmon.core.aggregate`), the cross-rank job rate
+(:mod:`trainmon.core.cross_rank`) and the report's run figures (:mod:`trainmon.report.summary`)
+weight them by :data:`STEP_TIME_METRIC`.
 """
 
 from __future__ import annotations

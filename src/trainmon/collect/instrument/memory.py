@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainmon.meters import PEAK_RSS_PROBE, RSS_PROBE, cuda_alloc_retries, cuda_memory_mb
+from trainmon.collect.meters import PEAK_RSS_PROBE, RSS_PROBE, cuda_alloc_retries, cuda_memory_mb
 
 
 class MemoryProbe:

@@ -4,7 +4,7 @@
 ``distributed_c10d``, where torch's own helpers look them up). The training thread pays two
 clock reads, a size read and one ``list.append`` per call; device events are turned into
 milliseconds, aggregated and printed later on the monitor's background thread (through
-:class:`~trainmon.values.Deferred` values). Nothing synchronises the device on the caller: CPU
+:class:`~trainmon.core.values.Deferred` values). Nothing synchronises the device on the caller: CPU
 calls are timed around the call or by a done-callback on the work's future, CUDA calls with
 timing events read in the background. Calls are held until
 :meth:`CommsLogger.take_step_comm_ms` hands them over, so call it once per step (the engine
@@ -26,12 +26,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainmon.config import CommsLoggerConfig
-from trainmon.distributed import MONITORING_CALL
+from trainmon.core.cross_rank import MONITORING_CALL
+from trainmon.core.values import Deferred
 from trainmon.logging import get_logger
-from trainmon.values import Deferred
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
 
 _log = get_logger("comms")
 
@@ -602,7 +602,7 @@ class CommsLogger:
     def take_step_comm_ms(self) -> float | Deferred:
         """Milliseconds spent in collectives since the previous call (for ``perf/comm_ms``).
 
-        A float when every call was timed on the host; a :class:`~trainmon.values.Deferred`
+        A float when every call was timed on the host; a :class:`~trainmon.core.values.Deferred`
         (resolved by the monitor's background thread) when some are device events or async
         completions. With statistics on, also enqueues this step's ``comm/<op>/...`` metrics.
         """

@@ -2,7 +2,7 @@
 
 The training thread appends one plain ``(wall_time, default_step, items, needs_resolving)``
 tuple per call to a deque (thread-safe, no lock); control entries (side events, histogram/text
-extras as :class:`~trainmon.records.Pending`, flush requests) have their own types. The
+extras as :class:`~trainmon.core.records.Pending`, flush requests) have their own types. The
 background thread wakes every few milliseconds, drains the deque and runs each batch of scalar
 entries through named stages, in order:
 
@@ -10,7 +10,7 @@ resolve → group → aggregate → cross-rank → fan out → observe
 
 (:meth:`Pipeline._resolve`: read the tensor copies captured at the call and trainmon's own
 tensor values in one batch; :meth:`~Pipeline._group`: values by step into
-:class:`~trainmon.events.StepScalars`; :meth:`~Pipeline._aggregate`: into windows;
+:class:`~trainmon.core.events.StepScalars`; :meth:`~Pipeline._aggregate`: into windows;
 :meth:`~Pipeline._cross_rank`: add cross-rank metrics to a completed window; fan out to the
 writers; :meth:`~Pipeline._observe`: alert rules and callbacks). It flushes the writers at
 least every ``flush_interval_s``.
@@ -32,12 +32,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from trainmon.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.config import PipelineConfig
-from trainmon.events import Number, StepScalars
-from trainmon.logging import get_logger
-from trainmon.records import Pending
-from trainmon.values import (
+from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
+from trainmon.core.events import Number, StepScalars
+from trainmon.core.records import Pending
+from trainmon.core.values import (
     CAPTURED,
     Deferred,
     Snapshot,
@@ -45,6 +44,7 @@ from trainmon.values import (
     plain_number,
     resolve_tensors,
 )
+from trainmon.logging import get_logger
 from trainmon.writers.base import RunStatus, Writer, WriterGroup
 from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
@@ -53,9 +53,9 @@ _log = get_logger("pipeline")
 Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
 #: One call's scalars, ``(wall time, default step, items, needs_resolving)``: a plain tuple, the
 #: cheapest thing the training thread can build. ``needs_resolving`` is False for plain numbers,
-#: True when values are tensors, numpy scalars or :class:`~trainmon.values.Deferred`, or the
-#: call's :class:`~trainmon.values.Snapshot` (items then hold :data:`~trainmon.values.CAPTURED`
-#: where a captured tensor's value or step goes).
+#: True when values are tensors, numpy scalars or :class:`~trainmon.core.values.Deferred`, or
+#: the call's :class:`~trainmon.core.values.Snapshot` (items then hold
+#: :data:`~trainmon.core.values.CAPTURED` where a captured tensor's value or step goes).
 Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]

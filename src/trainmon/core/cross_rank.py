@@ -1,6 +1,6 @@
 """Statistics across ranks: each rank's window row, gathered on the logging rank.
 
-Which process this is (rank, world size, logging rank) lives in :mod:`trainmon.place`.
+Which process this is (rank, world size, logging rank) lives in :mod:`trainmon.core.place`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainmon.aggregate import WindowStats
-from trainmon.events import Number
+from trainmon.collect.throughput import STEP_TIME_METRIC
+from trainmon.core.aggregate import WindowStats
+from trainmon.core.events import Number
 from trainmon.logging import get_logger
-from trainmon.throughput import STEP_TIME_METRIC
 
 _log = get_logger("distributed")
 
@@ -64,9 +64,10 @@ def job_rate(rates: Sequence[float], elapsed: Sequence[float]) -> float:
     """The job's rate over a window from each rank's window rate and elapsed time.
 
     A rank's work is its rate times its elapsed time (its window rate is work over time, see
-    :mod:`trainmon.throughput`); the window's wall time is the slowest rank's elapsed time. So
-    the job's rate is the total work over that, never a sum of per-step means. Ranks without
-    a rate are left out; without any elapsed time the rates are summed (same wall time assumed).
+    :mod:`trainmon.collect.throughput`); the window's wall time is the slowest rank's elapsed
+    time. So the job's rate is the total work over that, never a sum of per-step means. Ranks
+    without a rate are left out; without any elapsed time the rates are summed (same wall time
+    assumed).
     """
     pairs = [(r, t) for r, t in zip(rates, elapsed, strict=True) if r == r]
     timed = [(r, t) for r, t in pairs if 0 < t < math.inf]

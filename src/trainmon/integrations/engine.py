@@ -1,52 +1,11 @@
 """``trainmon.initialize``: DeepSpeed's engine API for a plain PyTorch model, monitored by itself.
 
-::
-
-    model, optimizer, _, _ = trainmon.initialize(model=net, model_parameters=net.parameters(),
-                                                 config=ds_config)
-    for batch in loader:
-        loss = model(batch)      # timed forward (autocast with fp16 / bf16)
-        model.backward(loss)     # loss / gradient_accumulation_steps, then backward, timed
-        model.step()             # optimizer step at accumulation boundaries, timed, logged
-
-Every optimizer step enqueues, in one call, at step ``global_steps``:
-
-* ``train/loss``: mean of the step's micro-batch losses (unscaled), averaged over the
-  data-parallel ranks when the engine all-reduces the gradients; ``train/lr``: group 0's
-  rate after the step's scheduler update (what DeepSpeed logs); ``train/grad_norm``: the
-  global 2-norm before clipping; ``train/loss_scale`` with fp16.
-* ``perf/step_time_ms``: host time between the ends of consecutive optimizer steps (the first
-  from the first forward). On a GPU the host may run ahead of the device, so single steps
-  jitter but the average is the device's pace. ``perf/samples_per_sec``: this rank's
-  ``micro x gas`` samples over that time; with ``throughput`` settings also
-  ``perf/tokens_per_sec``, ``perf/tflops`` (achieved, this device) and ``perf/mfu``
-  (only with a known peak: ``throughput.peak_tflops`` or the table in ``trainmon.throughput``).
-* With ``wall_clock_breakdown``, the step's disjoint parts (their sum is at most the step
-  time): ``perf/forward_ms``, ``perf/backward_inner_ms`` (backward compute; sums over the
-  step's micro-batches; CUDA event time on a GPU, host time elsewhere), ``perf/optimizer_ms``
-  (unscale, clip, optimizer and scheduler step, zero_grad), ``perf/comm_ms`` (time in
-  collectives from ``trainmon.comms``; 0.0 without torch.distributed; the gradient all-reduce
-  is also ``perf/backward_allreduce_ms``) and ``perf/data_ms``: the wait inside the iterator
-  of the DataLoader that ``initialize`` returns, or, with your own loader, the host time from
-  the end of ``step()`` to the next forward.
-* ``mem/rss_mb``, ``mem/peak_rss_mb`` (read in the background); on CUDA also
-  ``mem/allocated_mb``, ``mem/peak_allocated_mb``, ``mem/reserved_mb`` and, every
-  ``steps_per_print`` steps, ``mem/alloc_retries``.
-
-What is measured lives in :class:`trainmon.instrument.StepInstrument`; the engine only calls
-its hooks. A value you log yourself under one of these names at the same step replaces the
-automatic one (the last value of a step wins). The training thread only reads
-``perf_counter``, appends to lists, issues device operations and enqueues: tensors, CUDA
-event timings and ``/proc`` reads become numbers on the monitor's background thread. torch is
-imported when an engine is built, never by ``import trainmon``.
-
-Differences from DeepSpeed, on purpose: the engine is not an ``nn.Module`` (attribute lookups
-fall through to the wrapped module); the model is not moved to a device (move it before
-``initialize``); fp16 is ``torch.autocast`` plus ``torch.amp.GradScaler`` with fp32 weights
-rather than an fp16 copy of the model; forwards under ``torch.no_grad()`` are passed through
-untimed; ZeRO and pipeline parallelism are not provided. Under
-torch.distributed, parameters are broadcast from rank 0 and gradients averaged over ranks at
-each boundary, as DeepSpeed does, unless the module is already DDP or FSDP.
+A thin driver: what is measured per step lives in
+:class:`~trainmon.collect.instrument.StepInstrument`; the engine only calls its hooks around
+forward, backward, the gradient all-reduce and the optimizer step, and keeps DeepSpeed's
+bookkeeping (micro-batches, accumulation boundaries, fp16 loss scaling, checkpoints). The
+metrics it logs and how it differs from DeepSpeed are in the README ("Quick start: the
+seed's loop").
 """
 
 from __future__ import annotations
@@ -59,15 +18,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from trainmon import checkpoint
+from trainmon.collect.instrument import StepInstrument
+from trainmon.collect.instrument.gradnorm import grad_norm, norm_value
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
+from trainmon.core.monitor import Monitor, run_status
+from trainmon.core.place import discover
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
-from trainmon.instrument import StepInstrument
-from trainmon.instrument.gradnorm import grad_norm, norm_value
+from trainmon.integrations import checkpoint
 from trainmon.logging import get_logger
-from trainmon.monitor import Monitor, run_status
-from trainmon.place import discover
 from trainmon.writers.base import RunStatus
 
 if TYPE_CHECKING:
@@ -600,7 +559,7 @@ class TrainmonEngine:
             raise AttributeError(name)
         return getattr(module, name)
 
-    # ---- checkpoints (the logic lives in trainmon.checkpoint) -------------------------------
+    # ---- checkpoints (the logic lives in trainmon.integrations.checkpoint) --------------
 
     def save_checkpoint(
         self,
@@ -612,7 +571,7 @@ class TrainmonEngine:
         """DeepSpeed's ``save_checkpoint`` (call it on every rank): model, optimizer,
         scheduler, grad scaler, counters, ``client_state`` and trainmon's state. Raises
         ``TrainingStopped`` instead of saving when a stop rule fired; see
-        :func:`trainmon.checkpoint.save_checkpoint`."""
+        :func:`trainmon.integrations.checkpoint.save_checkpoint`."""
         return checkpoint.save_checkpoint(
             self,
             save_dir,
@@ -633,7 +592,7 @@ class TrainmonEngine:
     ) -> tuple[str | None, dict[str, Any] | None]:
         """DeepSpeed's ``load_checkpoint``: ``(load_path, client_state)``, ``(None, None)``
         without a ``latest`` file; the monitor resumes at the next step. See
-        :func:`trainmon.checkpoint.load_checkpoint`."""
+        :func:`trainmon.integrations.checkpoint.load_checkpoint`."""
         return checkpoint.load_checkpoint(
             self,
             load_dir,

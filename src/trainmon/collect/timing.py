@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
 
 P = ParamSpec("P")
 R = TypeVar("R")

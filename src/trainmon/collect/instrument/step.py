@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from trainmon.instrument.clock import (
+from trainmon.collect.instrument.clock import (
     BACKWARD,
     COMM,
     DATA,
@@ -18,13 +18,13 @@ from trainmon.instrument.clock import (
     CommSource,
     phase_clock,
 )
-from trainmon.instrument.loss import LossAccumulator
-from trainmon.instrument.memory import MemoryProbe
-from trainmon.instrument.rates import Throughput
+from trainmon.collect.instrument.loss import LossAccumulator
+from trainmon.collect.instrument.memory import MemoryProbe
+from trainmon.collect.instrument.rates import Throughput
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
 
 _log = get_logger("instrument")
 _clock = time.perf_counter
@@ -47,7 +47,7 @@ class StepInstrument:
       torch.distributed, else the ``comm`` phase), ``perf/data_ms``; they are disjoint, so
       their sum is at most the step time. ``perf/backward_allreduce_ms`` (the ``comm`` phase,
       a part of ``perf/comm_ms``) when the driver marks its gradient all-reduce;
-    * ``mem/*`` (see :class:`~trainmon.instrument.memory.MemoryProbe`).
+    * ``mem/*`` (see :class:`~trainmon.collect.instrument.memory.MemoryProbe`).
 
     Phases nest: a phase begun inside another pauses the outer one (an all-reduce marked
     inside ``backward`` is not backward time). Hooks only read the clock and append; nothing
@@ -113,8 +113,8 @@ class StepInstrument:
     # Each takes no argument and returns at once (a clock read and a few list operations).
 
     begin: Callable[[int], None]
-    """Open a phase (:data:`~trainmon.instrument.clock.FORWARD`, ...) now; the phase open until
-    now, if any, pauses until this one ends."""
+    """Open a phase (:data:`~trainmon.collect.instrument.clock.FORWARD`, ...) now; the phase
+    open until now, if any, pauses until this one ends."""
     end: Callable[[int], None]
     """Close a phase now; an end whose begin was not seen is ignored."""
     data_begin: Callable[[], None]
@@ -264,7 +264,9 @@ def _distributed_initialised() -> bool:
 def _start_comms(monitor: Monitor) -> Any:
     """A collective logger timing every collective (statistics only with ``comms_logger``)."""
     config = monitor.config
-    comms_module = importlib.import_module("trainmon.comms")  # looked up late: tests swap it
+    comms_module = importlib.import_module(
+        "trainmon.collect.comms"
+    )  # looked up late: tests swap it
     comms = comms_module.CommsLogger(
         config.comms_logger, monitor, record_stats=config.comms_logger.enabled
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainmon.collect.throughput import mfu, peak_tflops_for, tflops
 from trainmon.config import ThroughputConfig
 from trainmon.logging import get_logger
-from trainmon.throughput import mfu, peak_tflops_for, tflops
 
 _log = get_logger("instrument")
 

@@ -1,6 +1,6 @@
 """Probes for memory, loss and gradient norm that keep reads off the training thread.
 
-The functions read a value now; the :class:`~trainmon.values.Deferred` probes are enqueued by
+The functions read a value now; the :class:`~trainmon.core.values.Deferred` probes are enqueued by
 the training thread and read by the monitor's background thread, so reading ``/proc`` (I/O) or
 turning device tensors into a number never happens on the training thread. torch is imported
 only inside the functions that need it.
@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trainmon.values import Deferred
+from trainmon.core.values import Deferred
 
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20
 _MB = 1.0 / 2**20

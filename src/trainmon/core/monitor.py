@@ -15,24 +15,16 @@ from functools import partial
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from trainmon.aggregate import WindowAggregator, WindowStats
 from trainmon.alerts.engine import AlertSystem, build_alerts
-from trainmon.callbacks import Callback, as_callback, has_hook
-from trainmon.checkpoint import (
-    MONITOR_STATE_FORMAT,
-    MONITOR_STATE_VERSION,
-    agree_on_stop,
-    keyed_writers,
-    writer_identities,
-)
+from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.distributed import CrossRankReducer
-from trainmon.errors import TrainingStopped
-from trainmon.events import Hparams, StepScalars, Text
-from trainmon.logging import get_logger
-from trainmon.pipeline import Item, Observer, Pipeline
-from trainmon.place import ProcessPlace, discover, logging_rank, writes_on_rank
-from trainmon.records import (
+from trainmon.core.aggregate import WindowAggregator, WindowStats
+from trainmon.core.callbacks import Callback, as_callback, has_hook
+from trainmon.core.cross_rank import CrossRankReducer
+from trainmon.core.events import Hparams, StepScalars, Text
+from trainmon.core.pipeline import Item, Observer, Pipeline
+from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_rank
+from trainmon.core.records import (
     DEFAULT_BINS,
     PendingHparams,
     PendingProgress,
@@ -42,8 +34,7 @@ from trainmon.records import (
     flatten_hparams,
     snapshot_histogram,
 )
-from trainmon.timing import Timer
-from trainmon.values import (
+from trainmon.core.values import (
     CAPTURED,
     INT64_MAX,
     INT64_MIN,
@@ -55,11 +46,20 @@ from trainmon.values import (
     is_tensor,
     plain_number,
 )
+from trainmon.errors import TrainingStopped
+from trainmon.integrations.checkpoint import (
+    MONITOR_STATE_FORMAT,
+    MONITOR_STATE_VERSION,
+    agree_on_stop,
+    keyed_writers,
+    writer_identities,
+)
+from trainmon.logging import get_logger
 from trainmon.writers import build_writers
 from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
 
 if TYPE_CHECKING:
-    from trainmon.layer_stats import LayerWatcher
+    from trainmon.collect.layer_stats import LayerWatcher
 
 _log = get_logger("monitor")
 _MAX_CACHED_NAMES = 100_000
@@ -287,8 +287,9 @@ class Monitor:
     ) -> LayerWatcher:
         """Log ``layers/<group>/grad_norm|weight_norm|update_ratio`` every ``every`` optimizer
         steps (default: the window), measured by hooks on ``optimizer.step``; alerts then name
-        the groups that moved most. See :mod:`trainmon.layer_stats`; ``.remove()`` unhooks."""
-        from trainmon.layer_stats import LayerWatcher
+        the groups that moved most. See :mod:`trainmon.collect.layer_stats`; ``.remove()``
+        unhooks."""
+        from trainmon.collect.layer_stats import LayerWatcher
 
         window = self.config.trainmon.window_steps or self.config.steps_per_print
         watcher = LayerWatcher(self, model, optimizer, every or window, depth)
@@ -303,7 +304,7 @@ class Monitor:
     def emit_checked(self, items: tuple[Item, ...], resolve: bool = True) -> None:
         """For trainmon's own producers (timers, comms, the step instrument): queue
         ``(name, value)`` pairs that are already valid (non-empty string names; numbers,
-        single-element tensors or :class:`~trainmon.values.Deferred`) at :attr:`step`, skipping
+        single-element tensors or :class:`~trainmon.core.values.Deferred`) at :attr:`step`, skipping
         the per-item checks.
 
         ``resolve`` says some values are tensors, numpy scalars or :class:`Deferred`. Tensors

@@ -31,10 +31,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainmon.events import StepScalars
+from trainmon.core.events import StepScalars
 
 if TYPE_CHECKING:
-    from trainmon.monitor import Monitor
+    from trainmon.core.monitor import Monitor
 
 PREFIX = "layers/"
 _GRAD, _WEIGHT, _UPDATE = "/grad_norm", "/weight_norm", "/update_ratio"
