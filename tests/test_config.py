@@ -28,7 +28,7 @@ def test_full_deepspeed_config_is_accepted_and_unknown_keys_kept() -> None:
     config = load_config(DEEPSPEED_CONFIG)
     assert config.steps_per_print == 50
     assert config.wall_clock_breakdown is True
-    assert config.tensorboard.run_dir() == Path("./logs/tb/ds-monitor-demo")
+    assert config.tensorboard.job_dir() == Path("./logs/tb/ds-monitor-demo")
     assert config.wandb.group == "zero3"
     assert config.raw["zero_optimization"]["stage"] == 3
 
@@ -38,7 +38,7 @@ def test_deepspeed_defaults() -> None:
     config = load_config({"tensorboard": {"enabled": True}})
     assert config.tensorboard.job_name == "DeepSpeedJobName"
     assert config.tensorboard.output_path == ""
-    assert config.tensorboard.run_dir() == Path("DeepSpeedJobName")
+    assert config.tensorboard.job_dir() == Path("DeepSpeedJobName")
     assert config.steps_per_print == 10
     assert config.jsonl.enabled is False
 

@@ -55,9 +55,9 @@ def test_run_identity_is_the_first_enabled_file_writer(tmp_path: Path) -> None:
         }
     )
     identity = run_identity(config, place)
-    assert (identity.name, identity.folder) == ("jjob", tmp_path / "jjob")
+    assert (identity.name, identity.run_dir) == ("jjob", tmp_path / "jjob")
     none = run_identity(load_config({}), place)
-    assert none.folder is None and none.name == "DeepSpeedJobName"
+    assert none.run_dir is None and none.name == "DeepSpeedJobName"
 
 
 @pytest.mark.skipif(

@@ -46,8 +46,8 @@ class OutputSection:
         default="step",
     )
 
-    def run_dir(self) -> Path:
-        """``<output_path>/<job_name>``, as DeepSpeed lays it out."""
+    def job_dir(self) -> Path:
+        """``<output_path>/<job_name>``, as DeepSpeed lays it out (shared by every rank)."""
         return Path(self.output_path or ".") / self.job_name
 
 

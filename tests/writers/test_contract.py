@@ -247,7 +247,7 @@ def _wandb(folder: Path, request: pytest.FixtureRequest) -> Iterator[Harness]:
     from trainmon.writers.wandb import WandbWriter
 
     def read(writer: Writer) -> History:
-        history = read_run(Path(writer.run_dir)).history()  # type: ignore[attr-defined]
+        history = read_run(Path(writer.local_dir)).history()  # type: ignore[attr-defined]
         return {step: {k: float(v) for k, v in row.items()} for step, row in history}
 
     with pytest.MonkeyPatch.context() as mp:

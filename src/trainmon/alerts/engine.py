@@ -418,7 +418,7 @@ def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | N
     from trainmon.writers import run_identity
 
     identity = run_identity(config, place)
-    run_dir, job = identity.folder, identity.name
+    run_dir, job = identity.run_dir, identity.name
     dispatcher = None
     if evaluates:
         dispatcher = build_dispatcher(

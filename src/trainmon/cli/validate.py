@@ -129,7 +129,7 @@ def describe(
         if not section.enabled:
             continue
         enabled += 1
-        folder = section.run_dir()
+        folder = section.job_dir()
         lines.append(
             f"  {key:<12} {_where(folder)}/{rank_dir}{files}  "
             f"(every {'window: one mean per window' if section.every == 'window' else 'step'})"

@@ -50,9 +50,9 @@ class _Backend:
     where: Callable[[TrainmonConfig], str]
 
 
-def output_dir(config: TrainmonConfig, section: OutputSection, place: ProcessPlace) -> Path:
+def run_dir(config: TrainmonConfig, section: OutputSection, place: ProcessPlace) -> Path:
     """``<output_path>/<job_name>``, plus ``rank-<r>`` when every rank writes its own output."""
-    base = section.run_dir()
+    base = section.job_dir()
     return base / f"rank-{place.rank}" if config.trainmon.per_rank_output else base
 
 
@@ -61,39 +61,39 @@ class RunIdentity:
     """The run as every writer and alert sink names it: one name, one folder."""
 
     name: str
-    folder: Path | None  # None when no file writer is enabled
+    run_dir: Path | None  # None when no file writer is enabled
 
 
 def run_identity(config: TrainmonConfig, place: ProcessPlace) -> RunIdentity:
     """The run's name and folder, the one answer for W&B, MLflow, Comet, Prometheus and alerts.
 
     Both come from the first enabled file writer, in the order JSONL, TensorBoard, CSV (its
-    ``job_name`` and :func:`output_dir`); with none enabled the name is DeepSpeed's default job
+    ``job_name`` and :func:`run_dir`); with none enabled the name is DeepSpeed's default job
     name and there is no folder.
     """
     for section in (config.jsonl, config.tensorboard, config.csv_monitor):
         if section.enabled:
-            return RunIdentity(section.job_name, output_dir(config, section, place))
+            return RunIdentity(section.job_name, run_dir(config, section, place))
     return RunIdentity(DEFAULT_JOB_NAME, None)
 
 
 def _tensorboard(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.tensorboard import TensorBoardWriter
 
-    return TensorBoardWriter(output_dir(config, config.tensorboard, place))
+    return TensorBoardWriter(run_dir(config, config.tensorboard, place))
 
 
 def _csv(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.csv import CsvWriter
 
-    return CsvWriter(output_dir(config, config.csv_monitor, place))
+    return CsvWriter(run_dir(config, config.csv_monitor, place))
 
 
 def _jsonl(config: TrainmonConfig, place: ProcessPlace) -> Writer:
     from trainmon.writers.jsonl import JsonlWriter
 
     section = config.jsonl
-    directory = output_dir(config, section, place)
+    directory = run_dir(config, section, place)
     return JsonlWriter(directory, section.job_name, place.rank, place.world_size)
 
 
@@ -156,9 +156,9 @@ def _total_steps(config: TrainmonConfig) -> int | None:
 
 
 BACKENDS = (
-    _Backend("tensorboard", _tensorboard, lambda c: str(c.tensorboard.run_dir())),
-    _Backend("csv_monitor", _csv, lambda c: str(c.csv_monitor.run_dir())),
-    _Backend("jsonl", _jsonl, lambda c: str(c.jsonl.run_dir())),
+    _Backend("tensorboard", _tensorboard, lambda c: str(c.tensorboard.job_dir())),
+    _Backend("csv_monitor", _csv, lambda c: str(c.csv_monitor.job_dir())),
+    _Backend("jsonl", _jsonl, lambda c: str(c.jsonl.job_dir())),
     _Backend("console", _console, lambda c: c.console.stream),
     _Backend("wandb", _wandb, lambda c: f"W&B project {c.wandb.project!r}"),
     _Backend("prometheus", _prometheus, _prometheus_where),

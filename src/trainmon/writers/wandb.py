@@ -96,8 +96,8 @@ class WandbWriter(Writer):
         self._init_kwargs = init_kwargs
         self._mode = section.mode
         self._run = _start_run(wandb, init_kwargs, section.mode)
-        self.run_dir = _run_dir(self._run)
-        self.location = self.run_dir or f"W&B project {section.project!r} (disabled)"
+        self.local_dir = _local_dir(self._run)
+        self.location = self.local_dir or f"W&B project {section.project!r} (disabled)"
         #: Records dropped because their step was below one already logged (W&B ignores those).
         self.dropped_records = 0
         self._min_step = _current_step(self._run)
@@ -216,12 +216,12 @@ class WandbWriter(Writer):
         run_id = identity.get("run_id") if identity is not None else None
         if not isinstance(run_id, str) or not run_id or run_id == str(self._run.id):
             return
-        fresh, fresh_dir = self._run, self.run_dir
+        fresh, fresh_local_dir = self._run, self.local_dir
         offline = _is_offline(fresh)
         with _quiet_terminal():
             fresh.finish()
-        if offline and fresh_dir and Path(fresh_dir).name.startswith("offline-run-"):
-            shutil.rmtree(fresh_dir, ignore_errors=True)
+        if offline and fresh_local_dir and Path(fresh_local_dir).name.startswith("offline-run-"):
+            shutil.rmtree(fresh_local_dir, ignore_errors=True)
         kwargs = {**self._init_kwargs, "id": run_id}
         mode = "offline" if offline else self._mode
         run = None
@@ -238,8 +238,8 @@ class WandbWriter(Writer):
         if run is None:
             run = _start_run(self._wandb, {**kwargs, "resume": None if offline else "allow"}, mode)
         self._run = run
-        self.run_dir = _run_dir(run)
-        self.location = self.run_dir or self.location
+        self.local_dir = _local_dir(run)
+        self.location = self.local_dir or self.location
         self._min_step = _current_step(run)
 
     def _drop(self, record: StepScalars) -> None:
@@ -276,7 +276,7 @@ def _start_run(wandb: ModuleType, kwargs: dict[str, Any], mode: str | None) -> A
         with _quiet_terminal():
             run = wandb.init(mode="offline", **kwargs)
     if why_offline is not None:
-        where = _run_dir(run) or "<the run's folder>"
+        where = _local_dir(run) or "<the run's folder>"
         _log.warning(
             "%s, so the W&B run is logged offline to %s; upload it later with: wandb sync %s",
             why_offline,
@@ -341,7 +341,7 @@ def _wandb_setup() -> ModuleType:
     return importlib.import_module("wandb.sdk.wandb_setup")
 
 
-def _run_dir(run: Any) -> str:
+def _local_dir(run: Any) -> str:
     """The run's local folder (what ``wandb sync`` takes), or "" for a disabled run."""
     if _is_disabled(run):
         return ""
