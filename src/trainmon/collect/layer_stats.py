@@ -1,28 +1,12 @@
 """Per-layer health: gradient norm, weight norm and update/weight ratio per module group.
 
-:class:`LayerWatcher` hooks an optimizer's ``step`` (``register_step_pre_hook`` /
-``register_step_post_hook``), so any loop (trainmon's engine, your own, a framework's) gets it
-without code in the step. Every ``every`` optimizer steps (the window by default) it measures,
-per group of parameters:
-
-* ``layers/<group>/grad_norm``: L2 norm of the group's gradients before the step;
-* ``layers/<group>/weight_norm``: L2 norm of the group's weights after the step;
-* ``layers/<group>/update_ratio``: ‖w_after − w_before‖ / ‖w_before‖ over that step.
-
-Norms are fused ``torch._foreach_norm`` kernels, folded per group on the device with one
-``index_add_``; the weights before the step are one fused copy (``_foreach_mul``) held only
-across that step, where the update is then computed in place. A measuring step costs a few
-passes over the parameters (see ``benchmarks/README.md``); other steps only count. Nothing
-is read on the training thread: the per-group norms are logged as tensors and read by the
-background thread like any tensor value.
-
-Groups are the model's top-level blocks: the first component of a parameter's name, plus the
-index when that child is a container (``blocks.11``, ``layers.0``, ``fc1``); ``depth`` takes
-that many name components instead (``blocks.11.attn`` at 3).
-
-:class:`LayerHistory` follows the measurements on the background thread so that a firing
-``spike``, ``growth`` or ``non_finite`` alert can say which groups' gradient norms moved most
-since the previous measurement (see :mod:`trainmon.alerts.engine`).
+:class:`LayerWatcher` hooks the optimizer's ``step`` (pre and post hooks), so any loop gets it
+without code in the step. Norms are fused ``torch._foreach_norm`` kernels folded per group on
+the device with one ``index_add_``; the weights before a measured step are one fused copy held
+only across that step. Nothing is read on the training thread: the per-group norms are logged as
+tensors and read in the background. :class:`LayerHistory` follows the measurements there so a
+firing alert can name the groups that moved most. Metrics and grouping are in the README
+("Per-layer health").
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """The Comet writer, with DeepSpeed's ``comet`` keys and semantics.
 
-As DeepSpeed's ``CometMonitor`` does, the experiment is started with ``comet_ml.start(api_key,
-workspace, project, experiment_key, mode, online)`` and named with ``set_name(experiment_name)``,
-and a metric is logged the first time it is seen and then again only once its step has moved
-on by at least ``samples_log_interval`` since it was last logged (per metric). DeepSpeed's
-engine logs at the global sample count, so there the interval counts samples; a loop (or
-``trainmon.initialize``) logging at optimizer steps makes it count steps. Values logged at the
-same step go out in one ``log_metrics`` call.
-
-``comet_ml`` is imported here only, when the section is enabled. Everything after the start
-runs on the background thread; Comet uploads from threads of its own, so :meth:`flush` has
-nothing to do and :meth:`close` ends the experiment (``end()`` waits for the upload).
-
-Offline: ``online: false`` (or Comet's own ``COMET_ONLINE=false``) makes Comet write the
-experiment into its offline folder (``COMET_OFFLINE_DIRECTORY``) as a zip to send later with
-``comet upload``; the tests read that zip back. When an online start fails (no API key, no
-network) and neither ``online`` nor ``mode: "get"`` is set, the writer warns once and starts
-offline instead, as the W&B writer does; with ``online`` set the error disables this writer
-only. An error inside Comet while logging is reported once by the writer group, and this
-writer stops calling Comet.
+Everything after the start runs on the background thread; Comet uploads from its own threads,
+so :meth:`flush` has nothing to do and :meth:`close` waits for the upload in ``end()``.
+Behaviour is in the README ("Backend details").
 """
 
 from __future__ import annotations

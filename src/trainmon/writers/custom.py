@@ -1,24 +1,9 @@
-"""Writers of the user's own, named in the config or registered in code.
+"""Writers of the user's own, named in the config's ``writers`` list or registered in code.
 
-Each entry of the config's ``writers`` list is a mapping with a ``class`` and the keyword
-arguments of its constructor::
-
-    "writers": [
-        {"class": "mypackage.sinks:SqliteWriter", "path": "runs/metrics.db"},
-        {"class": "sqlite", "path": "runs/other.db"}
-    ]
-
-``class`` is either ``module:Name`` (or ``module.Name``), imported when the monitor starts, or a
-name given to :func:`register_writer` beforehand. What it names is called with the other keys
-and must return a writer: a :class:`~trainmon.writers.Writer`, or any object with ``write``,
-``flush`` and ``close`` methods (``write_windows`` and ``every`` are used when present). It
-then gets the same batches, flushes and close as the built-in writers, on the background
-thread, and a failure in it is isolated the same way.
-
-Every mistake is a :class:`~trainmon.errors.ConfigError` at start-up naming
-``writers[i].class`` (or the offending key): a missing ``class``, an unknown registered name,
-a module that fails to import, a missing attribute, keyword arguments the constructor does not
-take, an object that is not a writer.
+A ``class`` is ``module:Name`` (imported at start-up) or a name given to :func:`register_writer`;
+what it names is called with the entry's other keys and must return a writer. Every mistake is a
+:class:`~trainmon.errors.ConfigError` at start-up naming ``writers[i].<key>``, so a typo never
+surfaces as a silent missing backend mid-run.
 """
 
 from __future__ import annotations

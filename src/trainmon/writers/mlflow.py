@@ -1,26 +1,8 @@
 """The MLflow writer: one MLflow run per writing rank, metrics sent in batches.
 
-``mlflow`` is imported here only, when the ``mlflow`` section is enabled (``pip install
-"trainmon[mlflow]"``: ``mlflow-skinny`` plus SQLAlchemy and Alembic, enough for a tracking
-server URL or a local ``sqlite:`` store; the full ``mlflow`` package works as well). Only
-:class:`mlflow.MlflowClient` is used, never MLflow's global "active run", so a run the user
-starts with ``mlflow.start_run`` is left alone.
-
-* Start (on the thread building the :class:`~trainmon.Monitor`): the experiment is looked up by
-  name and created when missing; a run is created with ``run_name`` and ``tags`` (or, with
-  ``run_id``, that run is resumed), and ``params`` are logged with it. A tracking store that
-  cannot be reached here disables this writer with one message; the others start.
-* :meth:`write` turns each value into an MLflow ``Metric`` (step, wall time in ms) and buffers
-  it; :meth:`flush` sends the buffer with ``log_batch``, at most 1000 metrics per request.
-  Metric names MLflow refuses are rewritten once (``a@b`` -> ``a_b``, ``/x`` -> ``_x``).
-  NaN is stored as NaN; MLflow's SQL stores keep +/-Inf as +/-1.7976931348623157e308.
-* A failing request (the server went away) is reported once and counted by
-  :class:`~trainmon.writers.WriterGroup`; what that flush held is dropped (counted in
-  :attr:`MlflowWriter.dropped_metrics`), later flushes try again. MLflow's HTTP client retries
-  on its own first (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, ``MLFLOW_HTTP_REQUEST_TIMEOUT``): lower
-  those to bound how long the background thread waits for a server that is down.
-* :meth:`close` sends what is left and ends the run once: ``FINISHED``, or ``FAILED`` / ``KILLED``
-  when :meth:`finalize` was told the run failed or was aborted.
+Only ``MlflowClient`` is used (never the global active run), so the user's own MLflow runs are
+untouched; values are buffered in :meth:`write` and sent by :meth:`flush` in ``log_batch`` calls.
+Behaviour on errors and odd values is in the README ("Backend details").
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """The Prometheus writer: the latest value of every metric, scraped and/or pushed.
 
-Two outlets share one table of latest values, both optional (section ``prometheus``):
-
-* **Exporter** (``serve``, on by default): an HTTP server on ``host:port`` (loopback unless the
-  user names another address) answering ``/metrics`` in Prometheus' text format. Each metric is
-  a gauge named after it (``train/loss`` -> ``trainmon_train_loss``: the ``namespace``, then the
-  name with every character outside ``[a-zA-Z0-9_]`` replaced by ``_``), with the labels
-  ``job``, ``rank`` and ``metric`` (the original name, so two names that sanitise alike stay
-  apart). Prometheus keeps its own ``job`` label from the scrape config and, unless
-  ``honor_labels`` is set, stores ours as ``exported_job``. With ``trainmon.per_rank_output``
-  every rank serves, on ``port + LOCAL_RANK``. A port already in use stops only this writer,
-  with a message naming the port and the key ``prometheus.port``.
-* **Pushgateway** (``pushgateway_url``): the same gauges, without the ``job`` and ``rank``
-  labels, pushed under the grouping key ``job``/``rank`` (which adds them) with ``PUT``, so
-  the group always holds exactly the latest values. A push happens in :meth:`flush` on the
-  background thread when new values arrived and ``push_interval_s`` has passed since the last
-  one, and once more at close; ``delete_on_close`` then removes the group. Every request waits
-  at most ``timeout_s``. A Pushgateway that cannot be reached costs one warning (and a notice
-  when it answers again) and a count in :attr:`PrometheusWriter.push_errors`, never an error
-  in training.
-
-``prometheus_client`` is imported here only, when the section is enabled, and every metric is
-registered in a :class:`CollectorRegistry` of this writer (never the process-wide default one),
-through a collector that reads the table when Prometheus scrapes: the writer only updates a
-dict under a lock.
+The training side only updates a dict under a lock; a collector reads it when Prometheus
+scrapes, and pushes happen in :meth:`flush` on the background thread. Behaviour and labels are
+in the README ("Backend details").
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """The Weights & Biases writer: one W&B run per writing rank, one ``run.log`` per step.
 
-``wandb`` is imported here only, when the ``wandb`` section is enabled. The run is started in
-the constructor (on the thread that builds the :class:`~trainmon.Monitor`, once); after that
-every call comes from the background thread, so training never waits on W&B.
-
-It never takes over the terminal: W&B runs with ``console="off"`` and ``silent=True`` (no
-stdout capture, no banner), and each run is its own (``reinit="create_new"``), so two monitors
-in one process, or a run of the user's own, do not interfere.
-
-It never stops training either:
-
-* no explicit ``mode`` and no ``WANDB_MODE``: online when W&B finds credentials
-  (``WANDB_API_KEY``, ``~/.netrc``, its settings file; checked locally, no network), else
-  offline, with one warning naming the ``wandb sync`` command that uploads the run later;
-* ``wandb.init`` failing (network, server, bad credentials): one warning, then offline;
-  when offline fails too the error goes to the writer factory, which reports it and starts
-  the other writers;
-* an error inside W&B while logging is reported once by :class:`~trainmon.writers.WriterGroup`,
-  and this writer stops calling W&B (later batches are counted as errors, not retried).
-
-Steps: W&B keeps the row of its latest step open until a later step arrives (or the run
-finishes) and ignores any lower step. So records of one step, in one batch or across batches,
-are merged into that row, and a record whose step is below one already logged is dropped,
-with one warning and a count in :attr:`WandbWriter.dropped_records` (the other writers keep
-it). NaN and Inf are logged as the floats they are. Window statistics are not logged: W&B
-computes its own summaries.
+The run starts in the constructor (on the thread that builds the Monitor); every later call
+comes from the background thread, so training never waits on W&B, and every failure path ends
+offline or with this writer stopped, never with training stopped. Behaviour is in the README
+("Backend details").
 """
 
 from __future__ import annotations
