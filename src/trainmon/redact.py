@@ -9,6 +9,9 @@ So wherever a URL, header or response body is printed (warnings, ``ConfigError``
   fragment by ``***`` (``https://hooks.slack.com/***``);
 * :func:`text` replaces every URL it finds that way, every ``token=…``-style parameter, and
   every string of the caller's own ``secrets`` (with its URL-quoted and JSON-escaped forms);
+* :func:`credentials` (:func:`credentials_in` for every URL of a text) masks only the user
+  info and secret-looking query values, keeping the path: for URIs whose path names a store,
+  not a secret (an MLflow tracking URI, or an SDK's error quoting it);
 * :func:`url_secrets` lists the parts of a URL that :func:`text` must hide when they come back
   on their own (a 4xx body quoting the path, for instance).
 """
@@ -48,6 +51,31 @@ def url(value: str) -> str:
     netloc = host + (f":{port}" if port else "")
     hidden = bool(parts.path.strip("/") or parts.query or parts.fragment or parts.username)
     return f"{parts.scheme}://{netloc}" + (f"/{MASK}" if hidden else "")
+
+
+def credentials(value: str) -> str:
+    """``value`` with its user info (``user:password@``) and ``token=…``-style query values
+    masked; scheme, host, port and path kept."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        return _PARAM.sub(lambda m: f"{m.group(1)}={MASK}", value)
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        authority = MASK + "@" + authority.rsplit("@", 1)[1]
+    tail = _PARAM.sub(lambda m: f"{m.group(1)}={MASK}", tail)
+    return f"{scheme}://{authority}{slash}{tail}"
+
+
+def credentials_in(value: str) -> str:
+    """``value`` with :func:`credentials` applied to every URL in it (paths kept)."""
+    return _URL.sub(lambda m: credentials(m.group(0)), value)
+
+
+def without_userinfo(value: str) -> str:
+    """``value`` with any ``user:password@`` removed: a URL fit for a plain HTTP probe."""
+    scheme, sep, rest = value.partition("://")
+    authority, slash, tail = rest.partition("/")
+    return f"{scheme}{sep}{authority.rsplit('@', 1)[-1]}{slash}{tail}" if sep else value
 
 
 def url_secrets(value: str) -> list[str]:

@@ -162,3 +162,20 @@ def test_redact_text_masks_urls_parameters_and_escaped_forms() -> None:
         _secret_free(redact.text(echoed, secrets))
     assert redact.url("https://user:pw@h:8443/a?b=c") == "https://h:8443/***"
     assert redact.url("http://pushgateway:9091") == "http://pushgateway:9091"
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("http://alice:pw@host:5000/api?token=abc123", "http://***@host:5000/api?token=***"),
+        ("https://tok-9f8e@mlflow.example/prefix", "https://***@mlflow.example/prefix"),
+        ("sqlite:////data/runs/mlflow.db", "sqlite:////data/runs/mlflow.db"),
+        ("databricks", "databricks"),
+    ],
+)
+def test_credentials_masks_user_info_and_tokens_but_keeps_a_store_path(
+    uri: str, shown: str
+) -> None:
+    """A tracking URI names a store by its path: only user info and secret parameters go."""
+    assert redact.credentials(uri) == shown
+    assert redact.credentials_in(f"cannot reach {uri} now") == f"cannot reach {shown} now"

@@ -276,6 +276,26 @@ def test_an_unreachable_tracking_server_is_one_message_at_start_up(
     assert f"MLflow tracking server at {uri} does not answer" in warning
 
 
+@needs_mlflow
+def test_a_tracking_uri_with_credentials_is_probed_without_them_and_never_printed(
+    tmp_path: Path, trainmon_logs: list[logging.LogRecord]
+) -> None:
+    """``http://user:password@host`` (and a token in the query) is a valid tracking URI: the
+    start-up probe connects to the host itself, and the warning shows the address with the
+    user info and the token masked."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"http://alice:pw-s3cret@127.0.0.1:{port}/prefix?token=tok-12345"
+    with trainmon.Monitor(_config(tmp_path, uri)) as monitor:
+        assert [w.kind for w in monitor.writers] == ["jsonl"]
+    (warning,) = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    assert f"at http://***@127.0.0.1:{port}/prefix?token=*** does not answer" in warning
+    # the probe reached the port itself: a host of "alice:pw-s3cret@127.0.0.1" would not resolve
+    assert "Connection refused" in warning or "refused" in warning.lower(), warning
+    assert "s3cret" not in warning and "tok-12345" not in warning
+
+
 def test_missing_mlflow_names_the_extra_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

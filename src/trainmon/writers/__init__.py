@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmon import redact
 from trainmon.config import DEFAULT_JOB_NAME, OutputSection, TrainmonConfig
 from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
@@ -199,9 +200,9 @@ def _build_into(writers: list[Writer], config: TrainmonConfig, place: ProcessPla
                 "%s writer disabled: cannot write to %s (%s: %s); the other writers and "
                 "training carry on",
                 backend.section,
-                backend.where(config),
+                redact.credentials_in(backend.where(config)),
                 type(exc).__name__,
-                exc,
+                redact.credentials_in(str(exc)),
             )
     for index, spec in enumerate(config.writers or ()):
         try:

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainmon import extras
+from trainmon import extras, redact
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.core.events import Extra, Hparams, StepScalars
 from trainmon.core.place import ProcessPlace
@@ -120,7 +120,7 @@ class MlflowWriter(Writer):
             self._log_batch(params=params[start : start + 100])
         self._params: dict[str, str] = {p.key: p.value for p in params}
         self._warned_param = False
-        self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
+        self.location = f"MLflow run {self.run_id} at {redact.credentials(self.tracking_uri)}"
         #: Metrics lost because the request that carried them failed.
         self.dropped_metrics = 0
         self._keys: dict[str, str] = {}
@@ -247,7 +247,7 @@ class MlflowWriter(Writer):
         self.run_id = saved.info.run_id
         self.experiment_id = saved.info.experiment_id
         self._client.update_run(self.run_id, status="RUNNING")
-        self.location = f"MLflow run {self.run_id} at {self.tracking_uri}"
+        self.location = f"MLflow run {self.run_id} at {redact.credentials(self.tracking_uri)}"
         with contextlib.suppress(Exception):  # a store without deletes keeps an empty run
             self._client.delete_run(fresh)
 
@@ -275,14 +275,16 @@ def _check_reachable(uri: str, timeout_s: float = START_TIMEOUT_S) -> None:
     if not uri.lower().startswith(("http://", "https://")):
         return
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+        probe = redact.without_userinfo(uri).split("?", 1)[0].rstrip("/") + "/health"
+        with urllib.request.urlopen(probe, timeout=timeout_s):
             pass
     except urllib.error.HTTPError:
         return
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
+        shown = redact.credentials(uri)
         raise ConnectionError(
-            f"the MLflow tracking server at {uri} does not answer ({reason}); check "
+            f"the MLflow tracking server at {shown} does not answer ({reason}); check "
             f"mlflow.tracking_uri (or MLFLOW_TRACKING_URI) and that the server is up"
         ) from None
 
