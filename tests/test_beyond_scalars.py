@@ -212,6 +212,50 @@ def test_writers_without_a_write_extras_hook_ignore_histograms(tmp_path: Path) -
     assert files == ["train_loss.csv"]
 
 
+def test_a_users_writer_receives_the_extras_as_the_types_trainmon_exports() -> None:
+    """A writer of the user's own with ``write_extras`` gets ``trainmon.Histogram``, ``Text``,
+    ``Hparams`` and ``Progress``, holding what the test logged (counted by the test)."""
+
+    class Collect:
+        def __init__(self) -> None:
+            self.extras: list[object] = []
+
+        def write(self, records: object) -> None:
+            pass
+
+        def write_extras(self, records: list[object]) -> None:
+            self.extras.extend(records)
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    mine = Collect()
+    values = [0.5, 1.5, 2.5, float("nan")]
+    with trainmon.Monitor({"console": {"enabled": False}}, writers=[mine]) as monitor:
+        monitor.set_total_steps(10)
+        monitor.log_histogram("weights", values, step=3, bins=2)
+        monitor.log_text("note", "hello", step=3)
+        monitor.log_hparams({"opt": {"lr": 0.1}}, metrics={"eval/acc": 0.9})
+    kinds = {type(e).__name__: e for e in mine.extras}
+    assert set(kinds) == {"Histogram", "Text", "Hparams", "Progress"}
+    histogram = kinds["Histogram"]
+    assert isinstance(histogram, trainmon.Histogram)
+    assert (histogram.name, histogram.step, histogram.num, histogram.non_finite) == (
+        "weights",
+        3,
+        3,
+        1,
+    )
+    assert sum(histogram.counts) == 3 and histogram.sum == 4.5
+    assert isinstance(kinds["Text"], trainmon.Text) and kinds["Text"].text == "hello"
+    hparams = kinds["Hparams"]
+    assert isinstance(hparams, trainmon.Hparams) and dict(hparams.hparams) == {"opt.lr": 0.1}
+    assert isinstance(kinds["Progress"], trainmon.Progress) and kinds["Progress"].total_steps == 10
+
+
 # ---- compare and report --------------------------------------------------------------------
 
 

@@ -5,10 +5,11 @@ imports its SDK only when it is enabled.
 """
 
 from trainmon.alerts.model import Alert
+from trainmon.collect.instrument import StepInstrument
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.core.callbacks import Callback
-from trainmon.core.events import StepScalars
+from trainmon.core.events import Histogram, Hparams, Progress, StepScalars, Text
 from trainmon.core.monitor import Monitor
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.integrations.deepspeed import attach
@@ -21,11 +22,16 @@ __all__ = [
     "Alert",
     "Callback",
     "ConfigError",
+    "Histogram",
+    "Hparams",
     "MetricStats",
     "MissingExtraError",
     "Monitor",
     "NullWriter",
+    "Progress",
+    "StepInstrument",
     "StepScalars",
+    "Text",
     "TrainingStopped",
     "TrainmonConfig",
     "TrainmonEngine",

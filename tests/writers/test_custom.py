@@ -312,3 +312,37 @@ def test_register_writer_refuses_a_factory_that_is_not_callable(clean_registry: 
     unregister_writer("x")
     unregister_writer("x")
     assert "x" not in registered_writers()
+
+
+def test_an_object_given_to_the_monitor_directly_is_wrapped_or_refused_by_name() -> None:
+    """``Monitor(writers=[...])`` takes the same duck-typed writers as the config's ``writers``
+    list, and refuses anything else naming its index and the missing methods (not an
+    AttributeError from a background thread)."""
+
+    class Rows:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int, float]] = []
+
+        def write(self, records: Any) -> None:
+            self.rows += [(r.step, r.values["train/loss"]) for r in records]
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    rows = Rows()
+    with trainmon.Monitor({"console": {"enabled": False}}, writers=[rows]) as monitor:
+        for step in (1, 2):
+            monitor.log({"train/loss": step / 2}, step=step)
+    assert rows.rows == [(1, 0.5), (2, 1.0)]
+
+    class Half:
+        def write(self, records: Any) -> None:
+            pass
+
+    with pytest.raises(
+        ConfigError, match=r"writers=\.\.\.\)\[1\] is Half .*no flush, close method"
+    ):
+        trainmon.Monitor({"console": {"enabled": False}}, writers=[Rows(), Half()])

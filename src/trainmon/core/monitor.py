@@ -57,6 +57,7 @@ from trainmon.integrations.checkpoint import (
 from trainmon.logging import get_logger
 from trainmon.writers import build_writers
 from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
+from trainmon.writers.custom import as_writer
 
 if TYPE_CHECKING:
     from trainmon.collect.layer_stats import LayerWatcher
@@ -87,7 +88,7 @@ class Monitor:
         config: ConfigSource = None,
         *,
         place: ProcessPlace | None = None,
-        writers: Sequence[Writer] | None = None,
+        writers: Sequence[Writer | Any] | None = None,
         all_ranks_log: bool = False,
     ) -> None:
         self.config = load_config(config)
@@ -100,6 +101,8 @@ class Monitor:
         if writers is None:
             writes = writes_on_rank(self.place, pipeline_config.per_rank_output, self.log_rank)
             writers = build_writers(self.config, self.place) if writes else []
+        else:
+            writers = [as_writer(w, f"Monitor(writers=...)[{i}] is") for i, w in enumerate(writers)]
         aggregator = WindowAggregator(
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,

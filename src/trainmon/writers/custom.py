@@ -141,16 +141,23 @@ def build_custom_writer(index: int, spec: Mapping[str, Any]) -> Writer:
                 f"than 'class' are passed to it as keyword arguments"
             ) from exc
         raise
-    if isinstance(built, Writer):
-        return built
-    missing = [m for m in _REQUIRED if not callable(getattr(built, m, None))]
+    return as_writer(built, f"'{path}.class' = {target!r} built", target)
+
+
+def as_writer(obj: Any, where: str, name: str | None = None) -> Writer:
+    """``obj`` itself when it is a :class:`Writer`, else ``obj`` adapted to the contract when it
+    has ``write``, ``flush`` and ``close``; otherwise a :class:`ConfigError` starting with
+    ``where`` that names the missing methods."""
+    if isinstance(obj, Writer):
+        return obj
+    missing = [m for m in _REQUIRED if not callable(getattr(obj, m, None))]
     if missing:
         raise ConfigError(
-            f"'{path}.class' = {target!r} built {type(built).__name__} {built!r}, which is not a "
-            f"writer: it has no {', '.join(missing)} method (subclass trainmon.writers.Writer, "
-            f"or give it write, flush and close)"
+            f"{where} {type(obj).__name__} {obj!r:.80}, which is not a writer: it has no "
+            f"{', '.join(missing)} method (subclass trainmon.writers.Writer, or give it write, "
+            f"flush and close)"
         )
-    return _DuckWriter(built, target)
+    return _DuckWriter(obj, name or type(obj).__name__)
 
 
 def resolve_factory(target: str, key: str = "writers[0].class") -> WriterFactory:
