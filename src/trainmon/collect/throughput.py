@@ -5,15 +5,6 @@ rate, as in PaLM (Chowdhery et al. 2022, appendix B) and Megatron-LM. The FLOPs 
 given by the user (``throughput.flops_per_sample``, e.g. ``6 x parameters x tokens``); the peak
 comes from ``throughput.peak_tflops`` or from :data:`PEAK_TFLOPS` by device name. This module is
 plain arithmetic: it imports no torch and is safe on the training thread.
-
-Rates over a span of steps: each step's rate is that step's work over its own time
-(``perf/step_time_ms``). Over a span (a window, a run, the job) the rate is the work over the
-elapsed time, which is the per-step rates weighted by the step times, never their plain mean
-(steps of 10 ms and 190 ms at 16 samples each run at 160 samples/s, not at the 842 that the
-mean of 1,600 and 84 would say). :func:`is_rate` says which metrics are such rates; the window
-aggregation (:mod:`trainmon.core.aggregate`), the cross-rank job rate
-(:mod:`trainmon.core.cross_rank`) and the report's run figures (:mod:`trainmon.report.summary`)
-weight them by :data:`STEP_TIME_METRIC`.
 """
 
 from __future__ import annotations
@@ -67,28 +58,6 @@ PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
 )
 
 _TOKEN = re.compile(r"[A-Z0-9]+")
-
-#: The time of one step, which every per-step rate is measured over.
-STEP_TIME_METRIC = "perf/step_time_ms"
-#: The per-step rates trainmon logs (work of one step over its ``perf/step_time_ms``), plus the
-#: job's cross-rank rates. Any other metric whose name ends in :data:`RATE_SUFFIX` (your own
-#: ``perf/images_per_sec``) is a rate too.
-RATE_METRICS = frozenset(
-    {
-        "perf/samples_per_sec",
-        "perf/tokens_per_sec",
-        "perf/tflops",
-        "perf/mfu",
-        "perf/job_samples_per_sec",
-        "perf/job_tokens_per_sec",
-    }
-)
-RATE_SUFFIX = "_per_sec"
-
-
-def is_rate(name: str) -> bool:
-    """True for a rate metric: over a span its value is work over time (see the module doc)."""
-    return name in RATE_METRICS or name.endswith(RATE_SUFFIX)
 
 
 def peak_tflops_for(device_name: str | None) -> float | None:

@@ -11,8 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainmon.collect.throughput import STEP_TIME_METRIC
-from trainmon.core.aggregate import WindowStats
+from trainmon.core.aggregate import STEP_TIME_METRIC, WindowStats
 from trainmon.core.events import Number
 from trainmon.logging import get_logger
 
@@ -64,7 +63,7 @@ def job_rate(rates: Sequence[float], elapsed: Sequence[float]) -> float:
     """The job's rate over a window from each rank's window rate and elapsed time.
 
     A rank's work is its rate times its elapsed time (its window rate is work over time, see
-    :mod:`trainmon.collect.throughput`); the window's wall time is the slowest rank's elapsed
+    :mod:`trainmon.core.aggregate`); the window's wall time is the slowest rank's elapsed
     time. So the job's rate is the total work over that, never a sum of per-step means. Ranks
     without a rate are left out; without any elapsed time the rates are summed (same wall time
     assumed).

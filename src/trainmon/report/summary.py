@@ -4,7 +4,7 @@ Everything here is computed from a :class:`~trainmon.report.model.Run` alone, so
 summary, ``compare`` and the HTML report agree. Statistics skip NaN and ±Inf (counted apart in
 ``nonfinite``); a metric with no finite value has NaN statistics and is still listed.
 
-The mean of a rate metric (:func:`trainmon.collect.throughput.is_rate`, also its cross-rank
+The mean of a rate metric (:func:`trainmon.core.aggregate.is_rate`, also its cross-rank
 ``/min``, ``/mean``, ``/max``) is the run's work over its time: each value weighted by the step
 time it covers (:func:`span_rate`), never the plain mean of per-step rates. The step-time
 breakdown ends with ``other``: the step time the named parts do not cover, never below 0.
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import accumulate, pairwise
 from typing import Any
 
-from trainmon.collect.throughput import is_rate
+from trainmon.core.aggregate import is_rate
 from trainmon.report.downsample import profile
 from trainmon.report.model import (
     BREAKDOWN,
