@@ -220,3 +220,89 @@ def test_no_import_cycle_among_trainmon_modules() -> None:
 
 def test_cycle_finder_sees_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+# ---- layers ----------------------------------------------------------------------------------
+
+#: What each layer package may import from trainmon besides itself and the shared top-level
+#: modules (config, errors, logging, journal, redact, extras, version). A prefix allows a
+#: package or one module. ``cli`` and the package's own ``__init__`` may import anything.
+LAYER_MAY_IMPORT = {
+    "core": ("core", "writers.base", "writers.lanes"),  # the pipeline fans out through them
+    "collect": ("collect", "core"),
+    "writers": ("writers", "core"),
+    "alerts": ("alerts", "core", "writers"),
+    "integrations": ("integrations", "collect", "core", "writers"),
+    "report": ("report", "core.aggregate", "core.records", "alerts.model", "writers.console"),
+}
+
+#: (module, import) -> why this module may reach across the rule above.
+LAYER_EXCEPTIONS = {
+    ("core/monitor.py", "alerts.engine"): "the Monitor facade starts the alert system",
+    ("core/monitor.py", "collect.timing"): "the Monitor facade hands out timers",
+    ("core/monitor.py", "collect.layer_stats"): "Monitor.watch_layers (imported when called)",
+    ("core/monitor.py", "writers"): "the Monitor facade builds the configured writers",
+    ("core/callbacks.py", "alerts.model"): "the Alert a callback's on_alert receives",
+    ("alerts/engine.py", "collect.layer_stats"): "alerts name the layers whose norms moved",
+}
+
+LAYERS = {"core", "collect", "writers", "alerts", "integrations", "report", "cli"}
+
+
+def _trainmon_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """Every ``trainmon.*`` import (lazy ones too), without the ``trainmon.`` prefix."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "trainmon":
+                found += [(node.lineno, alias.name) for alias in node.names]
+            elif node.module.startswith("trainmon."):
+                found.append((node.lineno, node.module.removeprefix("trainmon.")))
+        elif isinstance(node, ast.Import):
+            found += [
+                (node.lineno, alias.name.removeprefix("trainmon."))
+                for alias in node.names
+                if alias.name.startswith("trainmon.")
+            ]
+    return found
+
+
+def _allowed(target: str, prefixes: tuple[str, ...]) -> bool:
+    return any(target == p or target.startswith(p + ".") for p in prefixes)
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """Each layer imports only what LAYER_MAY_IMPORT allows: none reaches up to a driver or a
+    producer, except the listed facade imports."""
+    crossings = []
+    used = set()
+    for rel, tree in _modules():
+        layer = rel.split("/")[0]
+        if layer not in LAYER_MAY_IMPORT:
+            continue
+        for line, target in _trainmon_imports(tree):
+            if target.split(".")[0] not in LAYERS or _allowed(target, LAYER_MAY_IMPORT[layer]):
+                continue
+            allowance = next(
+                (key for key in LAYER_EXCEPTIONS if key[0] == rel and _allowed(target, (key[1],))),
+                None,
+            )
+            if allowance:
+                used.add(allowance)
+                continue
+            crossings.append(f"{rel}:{line}: imports trainmon.{target}")
+    assert not crossings, "imports across the layers:\n" + "\n".join(crossings)
+    stale = set(LAYER_EXCEPTIONS) - used
+    assert not stale, f"layer exceptions no longer used (remove them): {sorted(stale)}"
+
+
+def test_only_drivers_and_the_command_line_import_the_drivers() -> None:
+    """Nothing in the library depends on a framework driver (``integrations/``) or on ``cli/``."""
+    reaching = [
+        f"{rel}:{line}: imports trainmon.{target}"
+        for rel, tree in _modules()
+        if rel.split("/")[0] not in ("integrations", "cli", "__init__.py", "__main__.py")
+        for line, target in _trainmon_imports(tree)
+        if target.split(".")[0] in ("integrations", "cli")
+    ]
+    assert not reaching, "\n".join(reaching)

@@ -22,6 +22,13 @@ from trainmon.core.aggregate import WindowAggregator, WindowStats
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import CrossRankReducer
 from trainmon.core.events import Hparams, StepScalars, Text
+from trainmon.core.monitor_state import (
+    MONITOR_STATE_FORMAT,
+    MONITOR_STATE_VERSION,
+    agree_on_stop,
+    keyed_writers,
+    writer_identities,
+)
 from trainmon.core.pipeline import Item, Observer, Pipeline
 from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_rank
 from trainmon.core.records import (
@@ -47,13 +54,6 @@ from trainmon.core.values import (
     plain_number,
 )
 from trainmon.errors import TrainingStopped
-from trainmon.integrations.checkpoint import (
-    MONITOR_STATE_FORMAT,
-    MONITOR_STATE_VERSION,
-    agree_on_stop,
-    keyed_writers,
-    writer_identities,
-)
 from trainmon.logging import get_logger
 from trainmon.writers import build_writers
 from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
