@@ -573,35 +573,64 @@ def print_suite(suite: Suite) -> None:
         f"{suite.seconds:.0f} s"
     )
     print()
-    print(
-        "| contender | median ms/step | p10 | p90 | thread CPU ms/step | "
-        "waiting µs/step (wall − CPU) | other threads CPU ms/step |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    lines = []
     for c in suite.contenders:
         walls = [w / 1e6 for w in c.wall_ns]
         cpus = [w / 1e6 for w in c.cpu_ns]
         other = c.other_cpu_ns / 1e6 / max(c.other_steps, 1)
-        print(
-            f"| {c.key} {c.label} | {statistics.median(walls):.3f} | "
-            f"{harness.percentile(walls, 0.1):.3f} | {harness.percentile(walls, 0.9):.3f} | "
-            f"{statistics.median(cpus):.3f} | {waited_us(c):.0f} | {other:.3f} |"
+        lines.append(
+            (
+                f"{c.key} {c.label}",
+                f"{statistics.median(walls):.3f}",
+                f"{harness.percentile(walls, 0.1):.3f}",
+                f"{harness.percentile(walls, 0.9):.3f}",
+                f"{statistics.median(cpus):.3f}",
+                f"{waited_us(c):.0f}",
+                f"{other:.3f}",
+            )
         )
-    print()
-    print(
-        "| comparison | wall overhead, median of paired rounds [95% CI] | ratio of medians | "
-        "ratio of fastest blocks | thread-CPU overhead [95% CI] | Δ wall µs/step | "
-        "Δ CPU µs/step | target | verdict |"
+    harness.print_markdown_table(
+        (
+            "contender",
+            "median ms/step",
+            "p10",
+            "p90",
+            "thread CPU ms/step",
+            "waiting µs/step (wall − CPU)",
+            "other threads CPU ms/step",
+        ),
+        lines,
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print()
+    comparisons: list[tuple[str, ...]] = []
     for r in suite.comparisons:
-        target = f"≤ {r.target * 100:.0f}%" if r.target is not None else "-"
-        print(
-            f"| {r.name} | {_pct(r.wall_overhead)} [{_pct(r.wall_ci[0])}, {_pct(r.wall_ci[1])}] "
-            f"| {_pct(r.wall_overhead_of_medians)} | {_pct(r.wall_overhead_of_minima)} "
-            f"| {_pct(r.cpu_overhead)} [{_pct(r.cpu_ci[0])}, {_pct(r.cpu_ci[1])}] "
-            f"| {r.delta_wall_us:+.1f} | {r.delta_cpu_us:+.1f} | {target} | {r.verdict} |"
+        comparisons.append(
+            (
+                r.name,
+                f"{_pct(r.wall_overhead)} [{_pct(r.wall_ci[0])}, {_pct(r.wall_ci[1])}]",
+                _pct(r.wall_overhead_of_medians),
+                _pct(r.wall_overhead_of_minima),
+                f"{_pct(r.cpu_overhead)} [{_pct(r.cpu_ci[0])}, {_pct(r.cpu_ci[1])}]",
+                f"{r.delta_wall_us:+.1f}",
+                f"{r.delta_cpu_us:+.1f}",
+                f"≤ {r.target * 100:.0f}%" if r.target is not None else "-",
+                r.verdict,
+            )
         )
+    harness.print_markdown_table(
+        (
+            "comparison",
+            "wall overhead, median of paired rounds [95% CI]",
+            "ratio of medians",
+            "ratio of fastest blocks",
+            "thread-CPU overhead [95% CI]",
+            "Δ wall µs/step",
+            "Δ CPU µs/step",
+            "target",
+            "verdict",
+        ),
+        comparisons,
+    )
     print()
     print("Gradient-norm routines on this model's gradients, timed alone (median µs per call):")
     print(", ".join(f"{name} {us:.1f}" for name, us in suite.norms_us.items()) + ".")
@@ -637,12 +666,17 @@ def print_projection(mlp: Suite, tiny: Suite) -> None:
         f"gradients, and background-thread interference is NOT included):"
     )
     print()
-    print(
-        "| engine | vs | bookkeeping µs (tiny model) | grad norm µs (MLP, timed alone) | "
-        "training-thread work µs | share of the bare step | target | "
-        "Δ waiting µs on the MLP (wall − CPU; noisy, not included) |"
+    headers = (
+        "engine",
+        "vs",
+        "bookkeeping µs (tiny model)",
+        "grad norm µs (MLP, timed alone)",
+        "training-thread work µs",
+        "share of the bare step",
+        "target",
+        "Δ waiting µs on the MLP (wall − CPU; noisy, not included)",
     )
-    print("|---|---|---:|---:|---:|---:|---|---:|")
+    lines = []
     rows = (
         ("B1", "A", True, TARGET_EVERY_STEP),
         ("B2", "A", True, TARGET_DEFAULT_WINDOW),
@@ -665,10 +699,19 @@ def print_projection(mlp: Suite, tiny: Suite) -> None:
         work = bookkeeping + norm
         share = work / 1e3 / bare_ms
         mark = "within" if share <= target else "OVER"
-        print(
-            f"| {key} | {base} | {bookkeeping:+.1f} | {norm:+.1f} | {work:+.1f} "
-            f"| {share:+.2%} | ≤ {target:.0%}: {mark} | {waiting:+.0f} |"
+        lines.append(
+            (
+                key,
+                base,
+                f"{bookkeeping:+.1f}",
+                f"{norm:+.1f}",
+                f"{work:+.1f}",
+                f"{share:+.2%}",
+                f"≤ {target:.0%}: {mark}",
+                f"{waiting:+.0f}",
+            )
         )
+    harness.print_markdown_table(headers, lines)
 
 
 def print_host_reads(suite: Suite, steps: int) -> None:
