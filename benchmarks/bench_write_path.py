@@ -91,11 +91,6 @@ def work_paired(steps: int, rounds: int, folder: Path) -> dict[str, Any]:
     }
 
 
-def run_worker(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run this file as a worker subprocess and return its JSON result (or an error)."""
-    return harness.run_worker(__file__, args, env)
-
-
 def run_rounds(args: argparse.Namespace, keys: list[str], base: Path) -> dict[str, Row]:
     """Every contender once per round, each time in a fresh process (redone, up to
     ``--retries`` times, while other processes use more than ``--max-other-load`` % of the
@@ -182,7 +177,8 @@ def main_benchmark(args: argparse.Namespace) -> int:
             bench_write_breakdown.print_result(breakdown)
             if "torch_sw" in keys:
                 print("  running paired ratio ...", file=sys.stderr, flush=True)
-                paired = run_worker(
+                paired = harness.run_worker(
+                    __file__,
                     [
                         "--worker",
                         "paired",
@@ -192,7 +188,7 @@ def main_benchmark(args: argparse.Namespace) -> int:
                         str(args.repeats),
                         "--folder",
                         str(base / "paired"),
-                    ]
+                    ],
                 )
                 print_paired(paired)
 
