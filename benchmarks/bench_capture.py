@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import sys
@@ -102,13 +101,15 @@ def run(rounds: int, calls: int) -> dict[str, Any]:
 
         def one(name: str, _round: int, _recorded: bool) -> None:
             _, call = table[name]
-            cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
-            for step in range(calls):
-                monitor.step = step
-                call()
-            cpu1, wall1 = time.thread_time_ns(), time.perf_counter_ns()
+
+            def block() -> None:
+                for step in range(calls):
+                    monitor.step = step
+                    call()
+
+            timed = harness.time_calls(block, 1)
             samples.setdefault(name, []).append(
-                ((cpu1 - cpu0) / calls / 1e3, (wall1 - wall0) / calls / 1e3)
+                (timed.thread_ns[0] / calls / 1e3, timed.wall_ns[0] / calls / 1e3)
             )
             monitor.flush()
 
@@ -131,12 +132,11 @@ def run(rounds: int, calls: int) -> dict[str, Any]:
 def step_cost_us(rounds: int, calls: int) -> float:
     """``monitor.step = s`` alone (included in every case's figure), for subtraction."""
     with trainmon.Monitor({"console": {"enabled": False}}) as monitor:
-        times = []
-        for _ in range(rounds):
-            start = time.thread_time_ns()
-            for step in range(calls):
-                monitor.step = step
-            times.append((time.thread_time_ns() - start) / calls / 1e3)
+
+        def set_step(step: int) -> None:
+            monitor.step = step
+
+        times = harness.per_call_us(set_step, calls, rounds, clock=time.thread_time_ns)
     return statistics.median(times)
 
 
@@ -149,12 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     result = run(args.rounds, args.calls)
     result["step_setter_us"] = step_cost_us(args.rounds, args.calls * 5)
-    result["machine"] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "trainmon": trainmon.__version__,
-        "cpus": platform.machine(),
-    }
+    result["machine"] = harness.machine_info(("trainmon", "torch"))
+    print(harness.machine_line(result["machine"]))
     lines = [
         (
             name,

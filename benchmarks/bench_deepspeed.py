@@ -34,9 +34,7 @@ import os
 import random
 import socket
 import statistics
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +50,14 @@ if "MASTER_PORT" not in os.environ:
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 
+import harness  # noqa: E402
 import trainmon  # noqa: E402
 
 BATCH = 64
 IN_TINY = 16
 CONTENDERS = ("bare", "ds", "attach")
+COMPARISONS = (("ds", "bare"), ("attach", "bare"), ("attach", "ds"))
+BOOTSTRAP_RESAMPLES = 2000
 
 
 def build_model(seed: int, tiny: bool) -> torch.nn.Module:
@@ -86,26 +87,17 @@ def ds_config(out: Path, name: str) -> dict[str, Any]:
     return config
 
 
-def run_block(
-    engine: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
-) -> tuple[list[float], list[float]]:
-    """Wall seconds and training-thread CPU seconds per step for one block."""
-    walls, cpus = [], []
+def run_block(engine: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> harness.Timings:
+    """One block: a training step per batch, each timed (wall and training-thread CPU)."""
     loss_fn = torch.nn.functional.cross_entropy
-    for x, y in batches:
-        start, cpu = time.perf_counter(), time.thread_time()
-        loss = loss_fn(engine(x), y)
-        engine.backward(loss)
+    feed = iter(batches)
+
+    def step() -> None:
+        x, y = next(feed)
+        engine.backward(loss_fn(engine(x), y))
         engine.step()
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.thread_time() - cpu)
-    return walls, cpus
 
-
-def bootstrap_ci(values: list[float], rounds: int = 2000) -> tuple[float, float]:
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
-    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
+    return harness.time_calls(step, len(batches))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.steps = 3, 5
     torch.set_num_threads(1)
-    load_start = os.getloadavg()[0]
+    load_start = harness.load_average()
+    info = harness.machine_info(("trainmon", "torch", "deepspeed"))
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend="gloo")
     out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
@@ -146,53 +139,57 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name in CONTENDERS:  # warm-up
         run_block(engines[name], batches[:3])
-    order = list(CONTENDERS)
-    rng = random.Random(2)
+    # per round: the block's median ms/step (wall, thread CPU); every step for the quantiles
     per_round: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     per_round_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     every_step: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     every_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    for _ in range(args.rounds):
-        rng.shuffle(order)
-        for name in order:
-            times, cpus = run_block(engines[name], batches)
-            per_round[name].append(statistics.median(times))
-            per_round_cpu[name].append(statistics.median(cpus))
-            every_step[name].extend(times)
-            every_cpu[name].extend(cpus)
-            if name == "attach" and monitor is not None:
-                monitor.flush()
+
+    def block(name: str, _index: int, _recorded: bool) -> None:
+        timings = run_block(engines[name], batches)
+        walls = [ns / 1e6 for ns in timings.wall_ns]
+        cpus = [ns / 1e6 for ns in timings.thread_ns]
+        per_round[name].append(statistics.median(walls))
+        per_round_cpu[name].append(statistics.median(cpus))
+        every_step[name].extend(walls)
+        every_cpu[name].extend(cpus)
+        if name == "attach" and monitor is not None:
+            monitor.flush()
+
+    harness.interleaved_rounds(CONTENDERS, args.rounds, block, rng=random.Random(2))
     if monitor is not None:
         monitor.close()
     model_name = "Linear(16, 10)" if args.tiny else "MLP 256-1024-1024-10"
+    print(harness.machine_line(info))
     print(
-        f"{model_name}, python {sys.version.split()[0]}, torch {torch.__version__}, deepspeed "
-        f"{deepspeed.__version__}, {args.rounds} rounds x {args.steps} steps, "
-        f"load {load_start:.2f} -> {os.getloadavg()[0]:.2f}"
+        f"{model_name}, {args.rounds} rounds x {args.steps} steps, "
+        f"load {load_start} -> {harness.load_average()}"
     )
-    print("| contender | median ms/step | p10 | p90 | thread CPU ms/step |")
-    print("|---|---:|---:|---:|---:|")
-    for name in CONTENDERS:
-        ordered = sorted(every_step[name])
-        p10 = ordered[int(0.1 * len(ordered))] * 1e3
-        p90 = ordered[int(0.9 * len(ordered)) - 1] * 1e3
-        cpu = statistics.median(every_cpu[name]) * 1e3
-        print(
-            f"| {name} | {statistics.median(ordered) * 1e3:.3f} | {p10:.3f} | {p90:.3f} "
-            f"| {cpu:.3f} |"
-        )
-    print()
-    print("| comparison | wall overhead [95% CI] | thread-CPU overhead [95% CI] |")
-    print("|---|---:|---:|")
-    for a, b in (("ds", "bare"), ("attach", "bare"), ("attach", "ds")):
-        cells = []
-        for series in (per_round, per_round_cpu):
-            ratios = [x / y - 1.0 for x, y in zip(series[a], series[b], strict=True)]
-            low, high = bootstrap_ci(ratios)
-            cells.append(
-                f"{statistics.median(ratios) * 100:+.2f}% [{low * 100:+.2f}%, {high * 100:+.2f}%]"
+    harness.print_markdown_table(
+        ("contender", "median ms/step", "p10", "p90", "thread CPU ms/step"),
+        [
+            (
+                name,
+                f"{statistics.median(every_step[name]):.3f}",
+                f"{harness.percentile(every_step[name], 0.1):.3f}",
+                f"{harness.percentile(every_step[name], 0.9):.3f}",
+                f"{statistics.median(every_cpu[name]):.3f}",
             )
-        print(f"| {a} / {b} | {cells[0]} | {cells[1]} |")
+            for name in CONTENDERS
+        ],
+    )
+    print()
+    rng = random.Random(0)
+    lines = []
+    for a, b in COMPARISONS:
+        wall = harness.paired_overhead(per_round[a], per_round[b], rng, BOOTSTRAP_RESAMPLES)
+        cpu = harness.paired_overhead(per_round_cpu[a], per_round_cpu[b], rng, BOOTSTRAP_RESAMPLES)
+        lines.append((f"{a} / {b}", harness.percent_ci(*wall), harness.percent_ci(*cpu)))
+    harness.print_markdown_table(
+        ("comparison", "wall overhead [95% CI]", "thread-CPU overhead [95% CI]"), lines
+    )
+    if warning := harness.busy_warning(info):
+        print(warning)
     return 0
 
 

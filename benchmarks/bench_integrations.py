@@ -28,14 +28,20 @@ The monitor writes a JSONL journal (console off); its background thread runs mea
 training. Costs are the training thread's CPU time (``thread_time_ns``), so that the other
 processes of a shared machine do not count.
 
-Run: ``.venv/bin/python benchmarks/bench_integrations.py [--steps 2000] [--rounds 15]``
+Each round times one block of ``--steps`` steps of the bare loop and one of the driven loop
+(``harness.per_call_us`` on the thread-CPU clock, step numbers running on across rounds, the
+order alternating), after two unrecorded warm-up rounds; the figure is the median over rounds
+of driven − bare, with a bootstrap 95 % interval.
+
+Run: ``.venv/bin/python benchmarks/bench_integrations.py [--steps 2000] [--rounds 15]``;
+``--quick`` is a smoke run (numbers are noise).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,6 +50,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+import harness
+
+BOOTSTRAP_RESAMPLES = 2000
+WARMUP_ROUNDS = 2  # first enqueues, lazy imports
 
 
 def config(base: Path, name: str) -> dict[str, Any]:
@@ -151,36 +162,41 @@ def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], 
     return bare, driven, lambda: None
 
 
-def per_step_us(fn: Callable[[int], None], first: int, steps: int) -> float:
-    started = time.thread_time_ns()
-    for step in range(first, first + steps):
-        fn(step)
-    return (time.thread_time_ns() - started) / steps / 1e3
-
-
-def measure(name: str, build: Any, base: Path, steps: int, rounds: int) -> tuple[float, float]:
+def measure(build: Any, base: Path, steps: int, rounds: int) -> dict[str, Any]:
+    """Paired rounds of the bare and the driven loop: thread-CPU µs per step of each, and the
+    driver's cost (median of the per-round differences, bootstrap 95 % interval)."""
+    loops: dict[str, Callable[[int], None]]
     bare, driven, close = build(base)
-    step = 1
-    for _ in range(2):  # warm-up: first enqueues, lazy imports
-        per_step_us(driven, step, steps)
-        step += steps
-    costs: list[float] = []
-    bares: list[float] = []
-    for _ in range(rounds):
-        b = per_step_us(bare, step, steps)
-        d = per_step_us(driven, step, steps)
-        step += steps
-        costs.append(d - b)
-        bares.append(b)
+    loops = {"bare": bare, "driven": driven}
+    us: dict[str, list[float]] = {"bare": [], "driven": []}
+
+    def block(which: str, index: int, recorded: bool) -> None:
+        # both loops of a round see the same step numbers; they only grow across rounds
+        first = 1 + index * steps
+        (per_step,) = harness.per_call_us(
+            loops[which], steps, 1, clock=time.thread_time_ns, first=first
+        )
+        if recorded:
+            us[which].append(per_step)
+
+    harness.interleaved_rounds(
+        ("bare", "driven"), rounds, block, order="alternate", warmup_rounds=WARMUP_ROUNDS
+    )
     close()
-    return statistics.median(costs), statistics.median(bares)
+    cost, interval = harness.paired_difference(
+        us["driven"], us["bare"], random.Random(0), BOOTSTRAP_RESAMPLES
+    )
+    return {"cost_us": cost, "ci_us": interval, "bare_us": statistics.median(us["bare"])}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
-    options = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="smoke run: 200 steps, 3 rounds")
+    options = parser.parse_args(argv)
+    if options.quick:
+        options.steps, options.rounds = 200, 3
     torch.set_num_threads(1)
     drivers = {
         "transformers": transformers_driver,
@@ -188,13 +204,28 @@ def main() -> None:
         "accelerate": accelerate_driver,
         "  (grad norm)": grad_norm_alone,
     }
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
-    print("training-thread CPU time per step (thread_time), median of paired rounds")
-    print(f"{'driver':<14}{'µs/step (driver)':>18}{'µs/step (bare)':>16}")
+    info = harness.machine_info(("trainmon", "torch", "transformers", "pytorch_lightning"))
+    print(harness.machine_line(info))
+    print(
+        f"training-thread CPU time per step (thread_time), {options.rounds} rounds x "
+        f"{options.steps} steps, median of paired rounds"
+    )
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in drivers.items():
-            cost, bare = measure(name, build, Path(tmp), options.steps, options.rounds)
-            print(f"{name:<14}{cost:>18.1f}{bare:>16.1f}")
+            got = measure(build, Path(tmp), options.steps, options.rounds)
+            low, high = got["ci_us"]
+            lines.append(
+                (
+                    name,
+                    f"{got['cost_us']:.1f}",
+                    f"[{low:.1f}, {high:.1f}]",
+                    f"{got['bare_us']:.1f}",
+                )
+            )
+    harness.print_markdown_table(("driver", "µs/step (driver)", "95% CI", "µs/step (bare)"), lines)
+    if warning := harness.busy_warning(info):
+        print(warning)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """How trainmon's per-window cross-rank cost grows with the number of ranks.
 
 Why: under ``trainmon.initialize`` each window end gathers one row per rank on rank 0 (one
-gloo ``gather`` of 16 float64 per rank, from the background thread) and rank 0 summarises the
+gloo ``gather`` of 17 float64 per rank, from the background thread) and rank 0 summarises the
 table. A monitor that does one collective per metric, or all-gathers everywhere, gets slower
 as jobs grow; this benchmark shows what this design costs per window at 1, 2, 4 and 8 ranks on
 one machine and what that means at 1,024 ranks.
@@ -18,6 +18,7 @@ the OS scheduler (every rank has to be scheduled for a gather to finish), not by
 gloo; the extrapolation of the gather to 1,024 ranks is therefore only an upper-bound sketch.
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--ranks 1 2 4 8] [--k 200] [--json out]``
+(a quick run: ``--ranks 1 2 --k 20 --local-sizes 1 8 64``)
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from trainmon.core.cross_rank import REDUCED_METRICS, summarise_ranks
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "scale_worker.py"
 TARGET_RANKS = 1024
-ROW_FLOATS = 2 + len(REDUCED_METRICS)  # [last_step, busy_ms, one value per reduced metric]
+# a row as pack_window builds it: [last_step, busy_ms, one value per reduced metric, elapsed_ms]
+ROW_FLOATS = 3 + len(REDUCED_METRICS)
 LAUNCH_TIMEOUT_S = 900
 
 
@@ -102,6 +104,7 @@ def _rows(world: int) -> list[list[float]]:
     for rank in range(world):
         row = [10.0, 95.0 + rank]
         row += [10.0 * (i + 1) + 0.5 * rank for i in range(len(REDUCED_METRICS))]
+        row.append(1000.0)  # elapsed_ms: one second per window on every rank
         rows.append(row)
     return rows
 
@@ -145,36 +148,55 @@ def print_report(results: list[dict[str, Any]], local: list[dict[str, float]]) -
         f"K = {results[0]['k']} timed windows per N, each after a barrier."
     )
     print()
-    print(
-        "| ranks | reducer(window) µs, median [p10-p90] | gather alone µs | summarise_ranks µs | "
-        "pack_window µs | rank-0 thread CPU µs/window | rank-0 process CPU µs/window | "
-        "bytes gathered/window | collectives/window | result checked |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lines = []
     for r in results:
         red = r["reducer"]
         checks = r["checks"]
         ok = checks["slowest_rank_ok"] and checks["argmax_ok"] and checks["job_samples_ok"]
-        spread = f"{red['p10_us']:.0f}-{red['p90_us']:.0f}"
-        print(
-            f"| {r['world_size']} | {red['median_us']:.0f} [{spread}]"
-            f" | {r['gather']['median_us']:.0f} | {r['summarise_ranks']['median_us']:.1f}"
-            f" | {r['pack_window']['median_us']:.1f}"
-            f" | {r['reducer_thread_cpu']['median_us']:.0f}"
-            f" | {r['reducer_process_cpu']['median_us']:.0f}"
-            f" | {r['bytes_gathered_per_window']:,} | {r['collectives_per_window']}"
-            f" | {'yes' if ok else 'NO'} ({checks['metrics_out']} metrics) |"
+        lines.append(
+            (
+                str(r["world_size"]),
+                f"{red['median_us']:.0f} [{red['p10_us']:.0f}-{red['p90_us']:.0f}]",
+                f"{r['gather']['median_us']:.0f}",
+                f"{r['summarise_ranks']['median_us']:.1f}",
+                f"{r['pack_window']['median_us']:.1f}",
+                f"{r['reducer_thread_cpu']['median_us']:.0f}",
+                f"{r['reducer_process_cpu']['median_us']:.0f}",
+                f"{r['bytes_gathered_per_window']:,}",
+                str(r["collectives_per_window"]),
+                f"{'yes' if ok else 'NO'} ({checks['metrics_out']} metrics)",
+            )
         )
+    harness.print_markdown_table(
+        (
+            "ranks",
+            "reducer(window) µs, median [p10-p90]",
+            "gather alone µs",
+            "summarise_ranks µs",
+            "pack_window µs",
+            "rank-0 thread CPU µs/window",
+            "rank-0 process CPU µs/window",
+            "bytes gathered/window",
+            "collectives/window",
+            "result checked",
+        ),
+        lines,
+    )
     print()
     print("Rank 0's local share of a window, measured directly in one process (no collective):")
     print()
-    print("| rows (ranks) | summarise_ranks µs | buffers + tolist + summarise µs | bytes |")
-    print("|---:|---:|---:|---:|")
-    for row in local:
-        print(
-            f"| {row['rows']} | {row['summarise_us']:.1f} | {row['rank0_local_us']:.1f} "
-            f"| {row['bytes']:,} |"
-        )
+    harness.print_markdown_table(
+        ("rows (ranks)", "summarise_ranks µs", "buffers + tolist + summarise µs", "bytes"),
+        [
+            (
+                str(row["rows"]),
+                f"{row['summarise_us']:.1f}",
+                f"{row['rank0_local_us']:.1f}",
+                f"{int(row['bytes']):,}",
+            )
+            for row in local
+        ],
+    )
 
     ns = [float(r["world_size"]) for r in results]
     summ_a, summ_b = fit_line(ns, [r["summarise_ranks"]["median_us"] for r in results])

@@ -1,6 +1,6 @@
 """One rank of ``bench_scale.py``: times trainmon's per-window cross-rank reduction.
 
-Why: at each window end every rank hands one row of 16 floats to rank 0 (one gloo ``gather``
+Why: at each window end every rank hands one row of 17 floats to rank 0 (one gloo ``gather``
 per window, from the background thread) and rank 0 turns the table into ``<metric>/min``,
 ``/mean``, ``/max``, ``/argmax_rank`` and straggler metrics (``summarise_ranks``). This worker
 measures, under ``torch.distributed.run`` on the CPU with gloo, what that costs per window as
@@ -8,11 +8,12 @@ the number of ranks grows.
 
 Each rank builds a :class:`trainmon.core.cross_rank.CrossRankReducer` and a synthetic
 :class:`~trainmon.core.aggregate.WindowStats` holding every metric of ``REDUCED_METRICS`` (rank
-``r`` is made the slowest by ``r`` ms, so rank 0 can check the answer). Measured, each call
+``r`` is made the slowest by ``r`` ms, so rank 0 can check the answer), a new window (later
+steps) per call, since the reducer gathers each window once. Measured, each call
 preceded by an untimed barrier so that ranks arrive together as they do after a training step:
 
 * ``reducer(window)``: the whole per-window path (pack, gather, to lists, summarise);
-* a bare ``dist.gather`` of the same 16 float64 on a gloo group of its own;
+* a bare ``dist.gather`` of the same 17 float64 on a gloo group of its own;
 * on rank 0, ``summarise_ranks`` alone on the gathered table, and ``pack_window`` alone.
 
 Rank 0 writes its numbers as JSON to ``--out``. Launched by ``bench_scale.py``::
@@ -41,8 +42,10 @@ from trainmon.core.cross_rank import REDUCED_METRICS, CrossRankReducer, pack_win
 STEPS_PER_WINDOW = 10
 
 
-def synthetic_window(rank: int) -> WindowStats:
-    """A window with every reduced metric; rank ``r``'s step time is ``100 + r`` ms."""
+def synthetic_window(rank: int, number: int = 0) -> WindowStats:
+    """Window ``number`` (steps ``10 * number + 1`` to ``10 * (number + 1)``) with every reduced
+    metric; rank ``r``'s step time is ``100 + r`` ms. Each window must end at a later step than
+    the one before: the reducer gathers a window once and skips any that ends no later."""
     metrics: dict[str, MetricStats] = {}
     for index, (name, _) in enumerate(REDUCED_METRICS):
         if name == "perf/step_time_ms":
@@ -53,7 +56,8 @@ def synthetic_window(rank: int) -> WindowStats:
             value = 10.0 * (index + 1) + 0.5 * rank
         metrics[name] = MetricStats(STEPS_PER_WINDOW, value, 0.9 * value, 1.1 * value, value)
     now = time.time()
-    return WindowStats(1, STEPS_PER_WINDOW, now - 1.0, now, metrics)
+    first = number * STEPS_PER_WINDOW + 1
+    return WindowStats(first, first + STEPS_PER_WINDOW - 1, now - 1.0, now, metrics)
 
 
 def timed(
@@ -78,11 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         reducer = CrossRankReducer(timeout_s=60)
         window = synthetic_window(rank)
+        windows = iter([synthetic_window(rank, i) for i in range(args.warmup + args.k)])
 
-        # 1. the whole per-window path, as the pipeline's background thread runs it
+        # 1. the whole per-window path, as the pipeline's background thread runs it (a new
+        #    window each call, built beforehand)
         walls, threads, processes, result = timed(
-            lambda: reducer(window), args.k, args.warmup, True
+            lambda: reducer(next(windows)), args.k, args.warmup, True
         )
+        result = result or {}  # None: the reducer skipped the window; the checks then fail
 
         # 2. the collective alone, on a gloo group of its own
         group = dist.new_group(backend="gloo")
@@ -107,9 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             checks = {
                 "slowest_rank_ok": result.get("perf/slowest_rank") == world - 1,
                 "argmax_ok": result.get("perf/step_time_ms/argmax_rank") == world - 1,
+                # every rank's samples (its rate x its 10 steps of 100 + r ms) over the
+                # slowest rank's window
                 "job_samples_ok": abs(
                     result.get("perf/job_samples_per_sec", float("nan"))
-                    - sum(table[r][2 + 6] for r in range(world))
+                    - sum(table[r][2 + 6] * (100.0 + r) for r in range(world)) / (99.0 + world)
                 )
                 < 1e-6,
                 "metrics_out": len(result),

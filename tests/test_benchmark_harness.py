@@ -111,3 +111,46 @@ def test_tables_print_aligned(capsys: pytest.CaptureFixture[str]) -> None:
     assert out[4] == "| x         | gone |"  # a note line: not padded to the column
     assert out[-1] == "a      1.235"
     assert harness.fmt(float("nan")) == "-" and harness.fmt(1234.5) == "1,234"
+
+
+def test_per_call_us_numbers_calls_from_first() -> None:
+    seen: list[int] = []
+    harness.per_call_us(seen.append, 3, 2, first=10)
+    assert seen == [10, 11, 12, 10, 11, 12]
+
+
+def test_paired_difference_is_median_of_differences_with_interval() -> None:
+    estimate, (low, high) = harness.paired_difference(
+        [12.0, 15.0, 11.0, 14.0, 13.0], [2.0, 4.0, 1.0, 3.0, 3.0], random.Random(0), 500
+    )
+    assert estimate == pytest.approx(10.0)  # differences 10, 11, 10, 11, 10
+    assert 10.0 <= low <= estimate <= high <= 11.0
+    assert harness.percent_ci(0.0137, (-0.0556, 0.0866)) == "+1.37% [-5.56%, +8.66%]"
+
+
+def test_run_worker_quietly_redoes_busy_runs_but_not_failures(tmp_path: Path) -> None:
+    script = tmp_path / "worker.py"
+    counter = tmp_path / "runs"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(BENCHMARKS)!r})\n"
+        "import harness\n"
+        f"with open({str(counter)!r}, 'a') as f:\n"
+        "    f.write('x')\n"
+        "if sys.argv[1] == 'fail':\n"
+        "    raise SystemExit('broken on purpose')\n"
+        "harness.emit_result({'ok': True})\n",
+        encoding="utf-8",
+    )
+    # every run counts as busy (more than -1 % of the CPUs used by others): redone twice
+    result = harness.run_worker_quietly(
+        script, ["go"], retries=2, max_other_load_pct=-1.0, pause_s=0.0
+    )
+    assert result["ok"] is True
+    assert counter.read_text() == "xxx"
+    counter.unlink()
+    failed = harness.run_worker_quietly(
+        script, ["fail"], retries=2, max_other_load_pct=-1.0, pause_s=0.0
+    )
+    assert "broken on purpose" in failed["error"]
+    assert counter.read_text() == "x"

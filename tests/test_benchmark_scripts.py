@@ -1,0 +1,61 @@
+"""The write-path benchmark scripts, split by what they compare, still answer through the shared
+harness: a contender's worker in a fresh process logs the scalars asked for, and the
+DeepSpeed-style copy writes what DeepSpeed's monitor writes (read back with csv and
+TensorBoard's reader)."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SRC = BENCHMARKS.parent / "src"
+
+
+@pytest.fixture
+def bench_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import as the scripts do: ``benchmarks/`` first on ``sys.path``; workers find trainmon."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    for name in [m for m in sys.modules if m == "harness" or m.startswith("write_path")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bench_path")
+def test_contender_worker_logs_every_scalar_in_a_fresh_process(tmp_path: Path) -> None:
+    harness = importlib.import_module("harness")
+    for key in ("floor", "trainmon_tb_jsonl"):
+        result = harness.run_worker(
+            BENCHMARKS / "bench_write_path.py",
+            ["--worker", key, "--steps", "50", "--repeats", "2", "--folder", str(tmp_path / key)],
+        )
+        assert "samples" in result, result
+        assert [s["scalars"] for s in result["samples"]] == [400, 400]  # 50 steps x 8 names
+        assert all(s["dropped"] == 0 and s["call_cpu_ns"] > 0 for s in result["samples"])
+
+
+@pytest.mark.usefixtures("bench_path")
+def test_deepspeed_style_copy_writes_csv_per_metric_and_tensorboard(tmp_path: Path) -> None:
+    pytest.importorskip("torch.utils.tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    style = importlib.import_module("write_path.deepspeed_style")
+    monitor = style.DeepSpeedStyleMonitor(tmp_path)
+    for step in range(3):
+        monitor.write_events([("Train/loss", 1.0 + step, step), ("Train/lr", 0.1, step)])
+    monitor.close()
+    with open(tmp_path / "ds_csv" / "bench" / "Train_loss.csv", newline="") as f:
+        assert list(csv.reader(f)) == [["step", "loss"], ["0", "1.0"], ["1", "2.0"], ["2", "3.0"]]
+    events = EventAccumulator(str(tmp_path / "ds_tb" / "bench"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("Train/loss")] == [
+        (0, 1.0),
+        (1, 2.0),
+        (2, 3.0),
+    ]
