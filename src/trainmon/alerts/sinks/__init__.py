@@ -29,9 +29,10 @@ Sink settings (every entry also has ``"type"``):
 from trainmon.alerts.delivery import AlertDispatcher, AlertSink, DeliveryError
 from trainmon.alerts.sinks.local import ConsoleSink, FileSink
 from trainmon.alerts.sinks.prometheus import AlertmanagerSink, PushgatewaySink
-from trainmon.alerts.sinks.settings import SINK_TYPES, build_dispatcher, build_sinks
+from trainmon.alerts.sinks.settings import build_dispatcher, build_sinks
 from trainmon.alerts.sinks.smtp import SECURITY, EmailSink
 from trainmon.alerts.sinks.webhook import WEBHOOK_FORMATS, WebhookSink, dingtalk_sign, feishu_sign
+from trainmon.config import SINK_TYPES
 
 __all__ = [
     "SECURITY",
