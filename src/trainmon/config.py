@@ -141,7 +141,6 @@ class WandbConfig(Settings):
                 None,
                 f"'$path.team' = {self.team!r} and '$path.entity' = {self.entity!r} disagree: "
                 "they are two names for the W&B entity; set only one of them",
-                path=self.KEY,
             )
 
 
@@ -482,14 +481,12 @@ class AlertRuleConfig(Settings):
                 "min_samples",
                 f"expected an integer from 1 to window ({self.window})",
                 self.min_samples,
-                path=self.KEY,
             )
         if self.kind == "stall" and self.seconds is None and self.multiple is None:
             raise SettingError(
                 None,
                 "a stall rule needs '$path.seconds' (no step for that long) or "
                 "'$path.multiple' (no step for that many median step intervals), or both",
-                path=self.KEY,
             )
 
 
@@ -674,14 +671,12 @@ class WebhookSinkSettings(Settings):
                 "secret_env",
                 "expected no secret: only the dingtalk and feishu formats sign messages",
                 self.secret_env,
-                path=self.KEY,
             )
         if self.msgtype is not None and self.format != "dingtalk":
             raise SettingError(
                 "msgtype",
                 "expected no msgtype: it is a setting of the dingtalk format",
                 self.msgtype,
-                path=self.KEY,
             )
 
 
@@ -726,7 +721,6 @@ class EmailSinkSettings(Settings):
                 key,
                 'is missing: an email sink needs it, e.g. "SMTP_PASSWORD" (login needs both '
                 "username_env and password_env)",
-                path=self.KEY,
             )
 
 
@@ -1135,9 +1129,14 @@ def reference_rows() -> list[tuple[str, str, str, str]]:
             continue
         rows += _rows(section, f"{f.name}.")
         if section is AlertsConfig:
-            rows += _rows(AlertRuleConfig, "alerts.rules[].")
-            kinds = "one of " + ", ".join(map(repr, SINK_TYPES))
-            rows.append(("alerts.sinks[].type", kinds, "(required)", "The kind of sink."))
+            for row in _rows(AlertRuleConfig, "alerts.rules[]."):
+                name = row[0].rsplit(".", 1)[-1]
+                kinds = [kind for kind, keys in _RULE_REQUIRED.items() if name in keys]
+                rows.append(
+                    (*row[:2], f"(required by {', '.join(kinds)})", row[3]) if kinds else row
+                )
+            types = "one of " + ", ".join(map(repr, SINK_TYPES))
+            rows.append(("alerts.sinks[].type", types, "(required)", "The kind of sink."))
             for kind, sink in SINK_SETTINGS.items():
                 rows += _rows(sink, f"alerts.sinks[type={kind}].")
     return rows

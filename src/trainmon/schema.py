@@ -115,12 +115,15 @@ class Settings:
     KEY: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        for name, tp, limits in fields_of(type(self)):
-            value = getattr(self, name)
-            checked = convert(value, tp, limits, name)
-            if checked is not value:
-                object.__setattr__(self, name, checked)
-        self.check()
+        try:
+            for name, tp, limits in fields_of(type(self)):
+                value = getattr(self, name)
+                checked = convert(value, tp, limits, name)
+                if checked is not value:
+                    object.__setattr__(self, name, checked)
+            self.check()
+        except SettingError as exc:  # named under this class's place in a config
+            raise SettingError(exc.key, exc.text, exc.value, path=self.KEY) from None
 
     def check(self) -> None:
         """Rules across fields; raise :class:`SettingError`. Nothing by default."""
