@@ -1112,11 +1112,6 @@ def _build_section(section_type: type, value: Any, path: str, origin: str) -> An
     return build(section_type, value, path, owner=repr(path), prefix=f"{origin}: ")
 
 
-def check_sinks(sinks: Any, *, has_run_dir: bool) -> tuple[SinkSettings, ...]:
-    """``alerts.sinks`` checked exactly as the Monitor builds them (no I/O, nothing sent)."""
-    return parse_sinks(sinks, has_run_dir=has_run_dir)
-
-
 def reference_rows() -> list[tuple[str, str, str, str]]:
     """(key, what it accepts, default, doc) for every key trainmon reads, alert rules and
     sinks included; drives the README's table."""
