@@ -11,7 +11,7 @@ START, END = "<!-- config-table:start -->\n", "<!-- config-table:end -->"
 
 def table() -> str:
     """The markdown table, one row per key."""
-    lines = ["| key | type | default | what it does |", "|---|---|---|---|"]
+    lines = ["| key | accepts | default | what it does |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {t} | `{d}` | {doc} |" for k, t, d, doc in reference_rows()]
     return "\n".join(lines) + "\n"
 

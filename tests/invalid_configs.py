@@ -44,7 +44,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     # the rest of the sinks' mistakes
     ("sink-type", _with_sinks({"type": "webhok", "url": "http://x"}), "did you mean 'webhook'"),
-    ("webhook-no-url", _with_sinks({"type": "webhook"}), "url is missing"),
+    ("webhook-no-url", _with_sinks({"type": "webhook"}), "url' is missing"),
     ("webhook-bare-host", _with_sinks({"type": "webhook", "url": "hooks.slack.com/x"}), "URL"),
     ("sink-key", _with_sinks({"type": "webhook", "url": "http://h", "fromat": "x"}), "format"),
     (
@@ -59,7 +59,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ),
     ("email-to", _with_sinks({"type": "email", "host": "h", "sender": "a@b", "to": "c"}), "to"),
     ("pushgateway-port", _with_sinks({"type": "pushgateway", "url": "http://h:99999"}), "port"),
-    ("alertmanager-url", _with_sinks({"type": "alertmanager"}), "url is missing"),
+    ("alertmanager-url", _with_sinks({"type": "alertmanager"}), "url' is missing"),
     ("file-no-folder", _no_outputs({"type": "file"}), "no run folder"),
     # rules
     ("rule-kind", {"alerts": {"rules": [{"name": "r", "kind": "spiek", "metric": "m"}]}}, "spike"),

@@ -4,6 +4,11 @@ Keys trainmon does not own (``optimizer``, ``zero_optimization``, ``fp16``, ...)
 :attr:`TrainmonConfig.raw` and ignored. Inside the sections trainmon owns, every key is
 checked: an unknown key or a wrong type is a :class:`~trainmon.errors.ConfigError` that names
 the full key path, the value, the expected type and the closest valid key.
+
+Every section, alert rule and alert sink is a :class:`~trainmon.schema.Settings` dataclass
+whose fields declare their documentation, range and choices (:func:`~trainmon.schema.setting`):
+one checker applies them, and the README's reference table is generated from them. Rules that
+tie several fields together are each class's ``check()``.
 """
 
 from __future__ import annotations
@@ -12,36 +17,52 @@ import dataclasses
 import json
 import os
 import re
-import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from trainmon import redact
 from trainmon.errors import ConfigError, did_you_mean
+from trainmon.schema import (
+    ENV_VAR,
+    EXISTING_FILE,
+    HTTP_URL,
+    INNER_FOLDER,
+    PATH,
+    SettingError,
+    Settings,
+    build,
+    construct,
+    default_of,
+    expected,
+    fields_of,
+    is_required,
+    pattern_form,
+    setting,
+    without_null,
+)
 
 DEFAULT_JOB_NAME = "DeepSpeedJobName"
 
 
-def _doc(text: str, **kwargs: Any) -> Any:
-    """A dataclass field carrying its one-line documentation (used for the README table)."""
-    return field(metadata={"doc": text}, **kwargs)
-
-
 @dataclass(frozen=True)
-class OutputSection:
+class OutputSection(Settings):
     """Shape shared by DeepSpeed's ``tensorboard`` / ``csv_monitor`` and trainmon's ``jsonl``."""
 
-    enabled: bool = _doc("Turn this writer on.", default=False)
-    output_path: str = _doc(
-        'Base folder; "" means the current directory (DeepSpeed\'s default).', default=""
+    enabled: bool = setting("Turn this writer on.", default=False)
+    output_path: str = setting(
+        'Base folder; "" means the current directory (DeepSpeed\'s default).',
+        default="",
+        form=PATH,
     )
-    job_name: str = _doc(
-        "Sub-folder of output_path for this run (DeepSpeed's default).", default=DEFAULT_JOB_NAME
+    job_name: str = setting(
+        "Sub-folder of output_path for this run (DeepSpeed's default).",
+        default=DEFAULT_JOB_NAME,
+        form=INNER_FOLDER,
     )
-    every: Literal["step", "window"] = _doc(
+    every: Literal["step", "window"] = setting(
         "Write every step's values, or one value per window (the window mean at its last step).",
         default="step",
     )
@@ -55,24 +76,32 @@ class OutputSection:
 class TensorBoardConfig(OutputSection):
     """TensorBoard event files in ``<output_path>/<job_name>/``."""
 
+    KEY: ClassVar[str] = "tensorboard"
+
 
 @dataclass(frozen=True)
 class CsvMonitorConfig(OutputSection):
     """One CSV per metric in ``<output_path>/<job_name>/``, DeepSpeed's ``csv_monitor`` layout."""
+
+    KEY: ClassVar[str] = "csv_monitor"
 
 
 @dataclass(frozen=True)
 class JsonlConfig(OutputSection):
     """Append-only journal ``<output_path>/<job_name>/metrics.jsonl`` (trainmon's own section)."""
 
+    KEY: ClassVar[str] = "jsonl"
+
 
 @dataclass(frozen=True)
-class ConsoleConfig:
+class ConsoleConfig(Settings):
     """One readable line every ``steps_per_print`` steps, on the writing rank."""
 
-    enabled: bool = _doc("Print progress lines.", default=True)
-    stream: Literal["stdout", "stderr"] = _doc("Where the lines go.", default="stdout")
-    live: Literal["auto", "on", "off"] = _doc(
+    KEY: ClassVar[str] = "console"
+
+    enabled: bool = setting("Print progress lines.", default=True)
+    stream: Literal["stdout", "stderr"] = setting("Where the lines go.", default="stdout")
+    live: Literal["auto", "on", "off"] = setting(
         'One live progress line, rewritten in place between window lines: "auto" when the '
         "stream is an interactive terminal (never for files, pipes or log collectors).",
         default="auto",
@@ -80,275 +109,281 @@ class ConsoleConfig:
 
 
 @dataclass(frozen=True)
-class WandbConfig:
+class WandbConfig(Settings):
     """Weights & Biases run settings (DeepSpeed's keys)."""
 
-    enabled: bool = _doc("Turn the W&B writer on.", default=False)
-    project: str = _doc("W&B project.", default="deepspeed")
-    group: str | None = _doc("W&B group (per-rank runs share it).", default=None)
-    team: str | None = _doc("W&B team (DeepSpeed's name for entity).", default=None)
-    entity: str | None = _doc("W&B entity; an alias of team.", default=None)
-    name: str | None = _doc("Run name.", default=None)
-    tags: list[str] = _doc("Run tags.", default_factory=list)
-    mode: Literal["online", "offline", "disabled"] | None = _doc(
+    KEY: ClassVar[str] = "wandb"
+
+    enabled: bool = setting("Turn the W&B writer on.", default=False)
+    project: str = setting("W&B project.", default="deepspeed")
+    group: str | None = setting("W&B group (per-rank runs share it).", default=None)
+    team: str | None = setting("W&B team (DeepSpeed's name for entity).", default=None)
+    entity: str | None = setting("W&B entity; an alias of team.", default=None)
+    name: str | None = setting("Run name.", default=None)
+    tags: list[str] = setting("Run tags.", default_factory=list)
+    mode: Literal["online", "offline", "disabled"] | None = setting(
         "null: WANDB_MODE, else online with an API key, else offline with a warning.",
         default=None,
     )
-    dir: str | None = _doc("Folder for W&B's local files.", default=None)
-    id: str | None = _doc("Run id, to resume a run.", default=None)
-    resume: Literal["allow", "must", "never", "auto"] | None = _doc(
+    dir: str | None = setting("Folder for W&B's local files.", default=None)
+    id: str | None = setting("Run id, to resume a run.", default=None)
+    resume: Literal["allow", "must", "never", "auto"] | None = setting(
         "W&B resume policy.", default=None
     )
-    config: dict[str, Any] = _doc("Hyper-parameters recorded with the run.", default_factory=dict)
+    config: dict[str, Any] = setting(
+        "Hyper-parameters recorded with the run.", default_factory=dict
+    )
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """team and entity are two names for one thing: given both, they must agree."""
         if self.team and self.entity and self.team != self.entity:
-            raise ConfigError(
-                f"'wandb.team' = {self.team!r} and 'wandb.entity' = {self.entity!r} disagree: "
-                "they are two names for the W&B entity; set only one of them"
+            raise SettingError(
+                None,
+                f"'$path.team' = {self.team!r} and '$path.entity' = {self.entity!r} disagree: "
+                "they are two names for the W&B entity; set only one of them",
             )
 
 
 @dataclass(frozen=True)
-class CometConfig:
+class CometConfig(Settings):
     """Comet experiment settings (DeepSpeed's keys)."""
 
-    enabled: bool = _doc("Turn the Comet writer on.", default=False)
-    samples_log_interval: int = _doc("Log every N samples.", default=100)
-    project: str | None = _doc("Comet project.", default=None)
-    workspace: str | None = _doc("Comet workspace.", default=None)
-    api_key: str | None = _doc("Comet API key.", default=None)
-    experiment_name: str | None = _doc("Experiment name.", default=None)
-    experiment_key: str | None = _doc("Experiment key.", default=None)
-    online: bool | None = _doc("Online or offline experiment.", default=None)
-    mode: str | None = _doc("Comet start mode.", default=None)
+    KEY: ClassVar[str] = "comet"
 
-    def __post_init__(self) -> None:
-        if self.samples_log_interval < 0:
-            raise ConfigError(
-                f"'comet.samples_log_interval' = {self.samples_log_interval!r}: expected an "
-                f"integer >= 0"
-            )
+    enabled: bool = setting("Turn the Comet writer on.", default=False)
+    samples_log_interval: int = setting("Log every N samples.", default=100, ge=0)
+    project: str | None = setting("Comet project.", default=None)
+    workspace: str | None = setting("Comet workspace.", default=None)
+    api_key: str | None = setting("Comet API key.", default=None)
+    experiment_name: str | None = setting("Experiment name.", default=None)
+    experiment_key: str | None = setting("Experiment key.", default=None)
+    online: bool | None = setting("Online or offline experiment.", default=None)
+    mode: str | None = setting("Comet start mode.", default=None)
 
 
-_PROMETHEUS_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_METRIC_PREFIX = pattern_form(
+    'letters, digits and _ not starting with a digit (a Prometheus metric name prefix), or ""',
+    re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*").fullmatch,
+)
 
 
 @dataclass(frozen=True)
-class PrometheusConfig:
+class PrometheusConfig(Settings):
     """Latest metric values for Prometheus: an exporter it scrapes, and/or a Pushgateway.
 
     Trainmon's own section (key ``prometheus``); see :mod:`trainmon.writers.prometheus`.
     """
 
-    enabled: bool = _doc("Turn the Prometheus writer on.", default=False)
-    serve: bool = _doc(
+    KEY: ClassVar[str] = "prometheus"
+
+    enabled: bool = setting("Turn the Prometheus writer on.", default=False)
+    serve: bool = setting(
         "Serve the latest value of every metric at http://host:port/metrics for Prometheus "
         "to scrape.",
         default=True,
     )
-    host: str = _doc(
+    host: str = setting(
         'Address the exporter listens on: loopback unless you name another ("0.0.0.0": all).',
         default="127.0.0.1",
+        nonempty=True,
+        example="'127.0.0.1'",
     )
-    port: int = _doc(
+    port: int = setting(
         "Exporter port; with trainmon.per_rank_output each rank serves on port + LOCAL_RANK; "
         "0 lets the system pick a free one.",
         default=9400,
+        ge=0,
+        le=65535,
     )
-    namespace: str = _doc(
+    namespace: str = setting(
         "Prefix of every metric name: train/loss is served as trainmon_train_loss.",
         default="trainmon",
+        form=_METRIC_PREFIX,
     )
-    job: str | None = _doc(
+    job: str | None = setting(
         "The job label and Pushgateway grouping key; null means the run's name (see Run identity).",
         default=None,
+        nonempty=True,
     )
-    pushgateway_url: str | None = _doc(
+    pushgateway_url: str | None = setting(
         "Also push to this Pushgateway (e.g. http://pushgateway:9091), grouped by job and rank; "
         "null means no push.",
         default=None,
+        nonempty=True,
+        example="'http://pushgateway:9091'",
     )
-    push_interval_s: float = _doc(
+    push_interval_s: float = setting(
         "Push new values at most this often, and once more at close; 0 pushes at every flush.",
         default=15.0,
+        ge=0,
+        unit="seconds",
     )
-    delete_on_close: bool = _doc(
+    delete_on_close: bool = setting(
         "Delete this job and rank's group from the Pushgateway at close (after the last push).",
         default=False,
     )
-    timeout_s: float = _doc(
+    timeout_s: float = setting(
         "Longest wait for one Pushgateway request; a failed push is counted, and its values "
         "go with the next one.",
         default=2.0,
+        ge=1e-3,
+        unit="seconds",
     )
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"'prometheus.port' = {self.port!r}: expected a port from 0 to 65535")
-        if self.namespace and not _PROMETHEUS_NAME.fullmatch(self.namespace):
-            raise ConfigError(
-                f"'prometheus.namespace' = {self.namespace!r}: expected letters, digits and _ "
-                f'not starting with a digit (a Prometheus metric name prefix), or ""'
-            )
-        if not self.host.strip():
-            raise ConfigError(
-                "'prometheus.host' = '': expected an address to listen on, e.g. '127.0.0.1'"
-            )
-        if self.job is not None and not self.job:
-            raise ConfigError("'prometheus.job' = '': expected a non-empty job name, or null")
-        if self.pushgateway_url is not None and not self.pushgateway_url.strip():
-            raise ConfigError(
-                "'prometheus.pushgateway_url' = '': expected a URL such as "
-                "'http://pushgateway:9091', or null for no push"
-            )
-        for name in ("push_interval_s", "timeout_s"):
-            value = getattr(self, name)
-            smallest = 0.0 if name == "push_interval_s" else 1e-3
-            if not smallest <= value < float("inf"):
-                raise ConfigError(
-                    f"'prometheus.{name}' = {value!r}: expected a finite number of seconds "
-                    f"{'>= 0' if smallest == 0 else '> 0'}"
-                )
 
 
 @dataclass(frozen=True)
-class MlflowConfig:
+class MlflowConfig(Settings):
     """MLflow tracking: one run per writing rank (trainmon's own section, key ``mlflow``)."""
 
-    enabled: bool = _doc("Turn the MLflow writer on.", default=False)
-    tracking_uri: str | None = _doc(
+    KEY: ClassVar[str] = "mlflow"
+
+    enabled: bool = setting("Turn the MLflow writer on.", default=False)
+    tracking_uri: str | None = setting(
         "Where runs go: a server URL, sqlite:///path.db, ...; null means MLFLOW_TRACKING_URI, "
         "else MLflow's default.",
         default=None,
+        nonempty=True,
     )
-    experiment: str | None = _doc(
+    experiment: str | None = setting(
         "Experiment name, created when missing; null means MLFLOW_EXPERIMENT_NAME, else "
         "MLflow's Default experiment.",
         default=None,
+        nonempty=True,
     )
-    run_name: str | None = _doc(
-        "Run name; null means the run's name (see Run identity).", default=None
+    run_name: str | None = setting(
+        "Run name; null means the run's name (see Run identity).", default=None, nonempty=True
     )
-    run_id: str | None = _doc(
-        "Log into this existing run (to resume it) instead of starting a new one.", default=None
+    run_id: str | None = setting(
+        "Log into this existing run (to resume it) instead of starting a new one.",
+        default=None,
+        nonempty=True,
     )
-    tags: dict[str, Any] = _doc(
+    tags: dict[str, Any] = setting(
         "Tags set on the run (values stored as text).", default_factory=dict
     )
-    params: dict[str, Any] = _doc(
+    params: dict[str, Any] = setting(
         "Parameters recorded with the run (values stored as text).", default_factory=dict
     )
 
-    def __post_init__(self) -> None:
-        for name in ("tracking_uri", "experiment", "run_name", "run_id"):
-            if getattr(self, name) == "":
-                raise ConfigError(f"'mlflow.{name}' = '': expected a non-empty string, or null")
-
 
 @dataclass(frozen=True)
-class PipelineConfig:
+class PipelineConfig(Settings):
     """How the background pipeline queues and flushes (key ``trainmon``)."""
 
-    queue_size: int = _doc("Most events waiting for the background thread.", default=200_000)
-    when_full: Literal["wait", "drop"] = _doc(
+    KEY: ClassVar[str] = "trainmon"
+
+    queue_size: int = setting(
+        "Most events waiting for the background thread.", default=200_000, ge=1
+    )
+    when_full: Literal["wait", "drop"] = setting(
         'Queue full: "wait" up to full_wait_s then drop with a warning, or "drop" at once; '
         "drops are counted in trainmon/dropped_events.",
         default="wait",
     )
-    full_wait_s: float = _doc("Longest wait for queue space before dropping.", default=1.0)
-    flush_interval_s: float = _doc(
+    full_wait_s: float = setting(
+        "Longest wait for queue space before dropping.", default=1.0, ge=0, unit="seconds"
+    )
+    flush_interval_s: float = setting(
         "Writers push to disk at least this often; a kill -9 loses at most this much.",
         default=1.0,
+        ge=0,
+        unit="seconds",
     )
-    window_steps: int | None = _doc(
-        "Steps per aggregation window; null means steps_per_print.", default=None
+    window_steps: int | None = setting(
+        "Steps per aggregation window; null means steps_per_print.", default=None, ge=1
     )
-    window_seconds: float | None = _doc(
+    window_seconds: float | None = setting(
         "Close a window after this many seconds instead of a number of steps "
         "(windows then differ between ranks, so cross-rank statistics are off).",
         default=None,
+        ge=0,
+        unit="seconds",
     )
-    per_rank_output: bool = _doc(
+    per_rank_output: bool = setting(
         "Every rank writes, each into <output_path>/<job_name>/rank-<r>/.", default=False
     )
-    log_rank: int | Literal["last"] = _doc(
+    log_rank: int | Literal["last"] = setting(
         'The rank that writes (without per_rank_output) and evaluates alerts; "last" is '
         "world_size - 1, where the loss lives under pipeline parallelism.",
         default=0,
+        ge=0,
     )
-    cross_rank: Literal["auto", "on", "off"] = _doc(
+    cross_rank: Literal["auto", "on", "off"] = setting(
         'Gather per-rank window statistics on the logging rank (one collective per window); "auto" '
         "turns it on under trainmon.initialize, where every rank logs every step.",
         default="auto",
     )
-    collective_timeout_s: float = _doc(
+    collective_timeout_s: float = setting(
         "Longest wait for other ranks in a monitoring collective before giving up on it.",
         default=60.0,
+        ge=0,
+        unit="seconds",
     )
-    close_timeout_s: float = _doc(
+    close_timeout_s: float = setting(
         "Longest close() (and so process exit) waits for writers and alert sinks to finish; "
         "what they did not deliver by then is listed in one warning.",
         default=5.0,
+        ge=0,
+        unit="seconds",
     )
-    layer_stats: bool = _doc(
+    layer_stats: bool = setting(
         "trainmon.initialize: log layers/<group>/grad_norm, weight_norm and update_ratio at each "
         "window end (any loop: Monitor.watch_layers), and name the groups that moved most in "
         "spike, growth and non_finite alerts.",
         default=False,
     )
-    layer_stats_depth: int | None = _doc(
+    layer_stats_depth: int | None = setting(
         "Name components per layer group (blocks.11.attn is 3); null means top-level blocks "
         "(blocks.11, fc1).",
         default=None,
+        ge=1,
     )
-    total_steps: int | None = _doc(
+    total_steps: int | None = setting(
         "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
         "elapsed · ETA); null means scheduler.params.total_num_steps, or "
         "Monitor.set_total_steps(), else no ETA.",
         default=None,
+        ge=1,
     )
 
 
 @dataclass(frozen=True)
-class CommsLoggerConfig:
+class CommsLoggerConfig(Settings):
     """DeepSpeed's ``comms_logger``: per-collective counts, sizes, latency and bandwidth."""
 
-    enabled: bool = _doc("Record collectives (false really means off).", default=False)
-    verbose: bool = _doc("Log every collective as it completes.", default=False)
-    prof_all: bool = _doc("Record every collective (else only prof_ops).", default=True)
-    prof_ops: list[str] = _doc(
+    KEY: ClassVar[str] = "comms_logger"
+
+    enabled: bool = setting("Record collectives (false really means off).", default=False)
+    verbose: bool = setting("Log every collective as it completes.", default=False)
+    prof_all: bool = setting("Record every collective (else only prof_ops).", default=True)
+    prof_ops: list[str] = setting(
         'Collectives to record when prof_all is false, e.g. ["all_reduce"].', default_factory=list
     )
-    debug: bool = _doc("Include the caller's function name in verbose lines.", default=False)
+    debug: bool = setting("Include the caller's function name in verbose lines.", default=False)
 
 
 @dataclass(frozen=True)
-class ThroughputConfig:
-    """What a sample is worth, so samples/s can become tokens/s, TFLOPS and MFU."""
+class ThroughputConfig(Settings):
+    """What a sample is worth, so samples/s can become tokens/s, TFLOPS and MFU.
 
-    tokens_per_sample: int | None = _doc("Tokens in one sample (sequence length).", default=None)
-    flops_per_sample: float | None = _doc(
-        "FLOPs of forward+backward for one sample (e.g. 6 x parameters x tokens).", default=None
+    (A zero, negative or NaN peak would divide by zero, or lie, inside engine.step().)
+    """
+
+    KEY: ClassVar[str] = "throughput"
+
+    tokens_per_sample: int | None = setting(
+        "Tokens in one sample (sequence length).", default=None, ge=1
     )
-    peak_tflops: float | None = _doc(
+    flops_per_sample: float | None = setting(
+        "FLOPs of forward+backward for one sample (e.g. 6 x parameters x tokens).",
+        default=None,
+        gt=0,
+    )
+    peak_tflops: float | None = setting(
         "Peak TFLOPS of one device for MFU; null looks the accelerator up in a known table.",
         default=None,
+        gt=0,
     )
-
-    def __post_init__(self) -> None:
-        # a zero, negative or NaN peak would divide by zero (or lie) inside engine.step()
-        if self.tokens_per_sample is not None and self.tokens_per_sample < 1:
-            raise ConfigError(
-                f"'throughput.tokens_per_sample' = {self.tokens_per_sample!r}: expected an "
-                f"integer >= 1, or null"
-            )
-        for name in ("flops_per_sample", "peak_tflops"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value < float("inf"):
-                raise ConfigError(
-                    f"'throughput.{name}' = {value!r}: expected a finite number > 0, or null"
-                )
 
 
 # ---- alerts -----------------------------------------------------------------------------------
@@ -359,65 +394,100 @@ AlertKind = Literal["threshold", "non_finite", "spike", "drop", "growth", "stall
 
 
 @dataclass(frozen=True)
-class AlertRuleConfig:
+class AlertRuleConfig(Settings):
     """One alert rule, checked: what it watches, when it fires, and what firing does.
 
     Built from one entry of ``alerts.rules`` by :func:`parse_alert_rules`; the meaning of each
     kind is documented in :mod:`trainmon.alerts.rules`.
     """
 
-    name: str = _doc("Unique name of the rule; also the metric alerts/<name>.", default="")
-    kind: AlertKind = _doc(
+    KEY: ClassVar[str] = "alerts.rules[]"
+
+    name: str = setting("Unique name of the rule; also the metric alerts/<name>.", nonempty=True)
+    kind: AlertKind = setting(
         "threshold, non_finite, spike, drop, growth or stall; threshold when op is given.",
         default="threshold",
     )
-    metric: str | None = _doc(
-        "The metric watched, e.g. train/loss (every kind but stall).", default=None
+    metric: str | None = setting(
+        "The metric watched, e.g. train/loss (every kind but stall).",
+        default=None,
+        nonempty=True,
+        example="'train/loss'",
     )
-    op: Literal[">", ">=", "<", "<=", "==", "!="] | None = _doc(
+    op: Literal[">", ">=", "<", "<=", "==", "!="] | None = setting(
         "threshold: how the value is compared with threshold.", default=None
     )
-    threshold: float | None = _doc("threshold: the value compared against.", default=None)
-    for_steps: int = _doc(
-        "threshold, non_finite, spike, drop: consecutive steps the condition must hold.", default=1
+    threshold: float | None = setting(
+        "threshold: the value compared against.", default=None, infinite=True
     )
-    factor: float | None = _doc(
-        "spike: fire when value > factor x baseline (factor > 1).", default=None
+    for_steps: int = setting(
+        "threshold, non_finite, spike, drop: consecutive steps the condition must hold.",
+        default=1,
+        ge=1,
     )
-    percent: float | None = _doc(
-        "drop: fire when value < baseline x (1 - percent / 100).", default=None
+    factor: float | None = setting(
+        "spike: fire when value > factor x baseline.", default=None, gt=1
     )
-    window: int = _doc("spike, drop: how many recent values make the baseline.", default=100)
-    baseline: Literal["median", "mean"] = _doc(
+    percent: float | None = setting(
+        "drop: fire when value < baseline x (1 - percent / 100).", default=None, gt=0, lt=100
+    )
+    window: int = setting(
+        "spike, drop: how many recent values make the baseline.", default=100, ge=2
+    )
+    baseline: Literal["median", "mean"] = setting(
         "spike, drop: the baseline is the median (default) or the mean of the window.",
         default="median",
     )
-    min_samples: int | None = _doc(
-        "spike, drop: values needed before the rule can fire; null means min(10, window).",
+    min_samples: int | None = setting(
+        "spike, drop: values needed before the rule can fire (at most window); null means "
+        "min(10, window).",
         default=None,
+        ge=1,
     )
-    windows: int = _doc(
+    windows: int = setting(
         "growth: fire when the window mean rose in each of this many consecutive windows.",
         default=5,
+        ge=1,
     )
-    seconds: float | None = _doc("stall: fire when no step completed for this long.", default=None)
-    multiple: float | None = _doc(
+    seconds: float | None = setting(
+        "stall: fire when no step completed for this long.", default=None, gt=0, unit="seconds"
+    )
+    multiple: float | None = setting(
         "stall: fire when no step completed for multiple x the recent median step interval.",
         default=None,
+        gt=1,
     )
-    severity: Literal["info", "warning", "critical"] = _doc(
+    severity: Literal["info", "warning", "critical"] = setting(
         "How urgent the alert is; when not given, critical for a non_finite rule on a loss "
         "(see default_severity), else warning.",
         default="warning",
     )
-    action: Literal["alert", "stop"] = _doc(
+    action: Literal["alert", "stop"] = setting(
         'Only alert, or also ask training to stop ("stop": TrainingStopped at the next step).',
         default="alert",
     )
-    cooldown_s: float = _doc(
-        "While the condition lasts, send the alert again after this many seconds.", default=300.0
+    cooldown_s: float = setting(
+        "While the condition lasts, send the alert again after this many seconds.",
+        default=300.0,
+        ge=0,
+        unit="seconds",
     )
-    labels: dict[str, str] = _doc("Extra labels copied into every alert.", default_factory=dict)
+    labels: dict[str, str] = setting("Extra labels copied into every alert.", default_factory=dict)
+
+    def check(self) -> None:
+        """min_samples fits in the window; a stall rule has a limit."""
+        if self.min_samples is not None and self.min_samples > self.window:
+            raise SettingError(
+                "min_samples",
+                f"expected an integer from 1 to window ({self.window})",
+                self.min_samples,
+            )
+        if self.kind == "stall" and self.seconds is None and self.multiple is None:
+            raise SettingError(
+                None,
+                "a stall rule needs '$path.seconds' (no step for that long) or "
+                "'$path.multiple' (no step for that many median step intervals), or both",
+            )
 
 
 def default_severity(kind: str, metric: str | None) -> Literal["warning", "critical"]:
@@ -455,7 +525,7 @@ _RULE_EXAMPLE = (
 )
 
 
-def parse_alert_rules(rules: list[Any] | tuple[Any, ...]) -> tuple[AlertRuleConfig, ...]:
+def parse_alert_rules(rules: Sequence[Any]) -> tuple[AlertRuleConfig, ...]:
     """Check every entry of ``alerts.rules`` and build its :class:`AlertRuleConfig`.
 
     A bad entry raises :class:`ConfigError` naming the rule (its index and name), the key, the
@@ -478,6 +548,8 @@ def parse_alert_rules(rules: list[Any] | tuple[Any, ...]) -> tuple[AlertRuleConf
 
 
 def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
+    """Which keys a rule may and must have depends on its kind; the values are checked by
+    :class:`AlertRuleConfig` itself."""
     path = f"alerts.rules[{index}]"
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{path!r} = {entry!r}: expected a mapping such as {_RULE_EXAMPLE}")
@@ -522,114 +594,274 @@ def _parse_alert_rule(index: int, entry: Any) -> AlertRuleConfig:
     for key in _RULE_REQUIRED[kind]:
         if entry.get(key) is None:
             raise ConfigError(f"{where}: '{path}.{key}' is missing: a {kind} rule needs it")
-    if kind == "stall" and entry.get("seconds") is None and entry.get("multiple") is None:
-        raise ConfigError(
-            f"{where}: a stall rule needs '{path}.seconds' (no step for that long) or "
-            f"'{path}.multiple' (no step for that many median step intervals), or both"
-        )
-    kwargs: dict[str, Any] = {"kind": kind}
-    for key, value in entry.items():
-        if key == "kind":
-            continue
-        expected = _without_null(_field_type(AlertRuleConfig, key))
-        kwargs[key] = _convert(value, expected, f"{path}.{key}", where)
+    for key, value in entry.items():  # a key given in a rule must have a value
+        if value is None:
+            tp, limits = _RULE_FIELDS[key]
+            raise ConfigError(
+                f"{where}: '{path}.{key}' = None: expected {expected(without_null(tp), limits)}"
+            )
+    kwargs = {**entry, "kind": kind}
     if "severity" not in kwargs:
         kwargs["severity"] = default_severity(kind, kwargs.get("metric"))
-    _check_rule_ranges(kwargs, path, where)
-    return AlertRuleConfig(**kwargs)
+    return construct(AlertRuleConfig, kwargs, path, prefix=f"{where}: ")
 
 
-def _without_null(tp: Any) -> Any:
-    """``float | None`` → ``float``: a key given in a rule must have a value."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(options) == 1:
-            return options[0]
-    return tp
+_RULE_FIELDS = {name: (tp, limits) for name, tp, limits in fields_of(AlertRuleConfig)}
 
 
-def _check_rule_ranges(kwargs: Mapping[str, Any], path: str, where: str) -> None:
-    def bad(key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{where}: '{path}.{key}' = {kwargs[key]!r}: expected {expected}")
+# ---- alert sinks: one settings class per type -------------------------------------------------
 
-    inf = float("inf")
-    if not kwargs["name"].strip():
-        raise bad("name", "a non-empty name")
-    if "metric" in kwargs and not kwargs["metric"]:
-        raise bad("metric", "a metric name such as 'train/loss'")
-    for key in ("for_steps", "windows"):
-        if key in kwargs and kwargs[key] < 1:
-            raise bad(key, "an integer >= 1")
-    if "window" in kwargs and kwargs["window"] < 2:
-        raise bad("window", "an integer >= 2")
-    if "min_samples" in kwargs and not 1 <= kwargs["min_samples"] <= kwargs.get("window", 100):
-        raise bad("min_samples", "an integer from 1 to window")
-    if "threshold" in kwargs and kwargs["threshold"] != kwargs["threshold"]:
-        raise bad("threshold", "a number (not NaN)")
-    if "factor" in kwargs and not 1 < kwargs["factor"] < inf:
-        raise bad("factor", "a finite number > 1")
-    if "percent" in kwargs and not 0 < kwargs["percent"] < 100:
-        raise bad("percent", "a number between 0 and 100")
-    if "seconds" in kwargs and not 0 < kwargs["seconds"] < inf:
-        raise bad("seconds", "a finite number of seconds > 0")
-    if "multiple" in kwargs and not 1 < kwargs["multiple"] < inf:
-        raise bad("multiple", "a finite number > 1")
-    if "cooldown_s" in kwargs and not 0 <= kwargs["cooldown_s"] < inf:
-        raise bad("cooldown_s", "a finite number of seconds >= 0")
-    labels = kwargs.get("labels", {})
-    for label, text in labels.items():
-        if not isinstance(label, str) or not isinstance(text, str):
-            raise ConfigError(
-                f"{where}: '{path}.labels' has {label!r}: {text!r}; expected string keys and "
-                f"string values"
+WebhookFormat = Literal["json", "slack", "dingtalk", "feishu"]
+SmtpSecurity = Literal["plain", "starttls", "ssl"]
+
+
+@dataclass(frozen=True)
+class ConsoleSinkSettings(Settings):
+    """``{"type": "console"}``: one line per alert on stderr, through the trainmon logger."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=console]"
+
+
+@dataclass(frozen=True)
+class FileSinkSettings(Settings):
+    """``{"type": "file"}``: one JSON line per alert."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=file]"
+
+    path: str | None = setting(
+        "The alerts file; a relative path (or a folder, ending in /) is inside the run folder; "
+        "null means <run folder>/alerts.jsonl.",
+        default=None,
+        nonempty=True,
+    )
+
+
+@dataclass(frozen=True)
+class WebhookSinkSettings(Settings):
+    """``{"type": "webhook"}``: a POST per alert, as plain JSON or a chat app's message."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=webhook]"
+
+    url: str = setting(
+        "Where alerts are POSTed.",
+        form=HTTP_URL,
+        example='"https://hooks.slack.com/services/T000/B000/XXXX"',
+    )
+    format: WebhookFormat = setting(
+        "The message body: trainmon's JSON, or a Slack, DingTalk or Feishu message.",
+        default="json",
+    )
+    secret_env: str | None = setting(
+        "dingtalk, feishu: the environment variable holding the signing secret.",
+        default=None,
+        form=ENV_VAR,
+    )
+    msgtype: Literal["markdown", "text"] | None = setting(
+        "dingtalk: the message type; null means markdown.", default=None
+    )
+    headers: dict[str, str] = setting(
+        "Extra HTTP headers.", default_factory=dict, example='{"X-Token": "..."}'
+    )
+    timeout_s: float = setting("Longest wait for one request.", default=5.0, gt=0, unit="seconds")
+
+    def check(self) -> None:
+        """secret_env and msgtype belong to the formats that use them."""
+        if self.secret_env is not None and self.format not in ("dingtalk", "feishu"):
+            raise SettingError(
+                "secret_env",
+                "expected no secret: only the dingtalk and feishu formats sign messages",
+                self.secret_env,
+            )
+        if self.msgtype is not None and self.format != "dingtalk":
+            raise SettingError(
+                "msgtype",
+                "expected no msgtype: it is a setting of the dingtalk format",
+                self.msgtype,
             )
 
 
 @dataclass(frozen=True)
-class AlertsConfig:
+class EmailSinkSettings(Settings):
+    """``{"type": "email"}``: an e-mail per alert over SMTP (credentials from the environment)."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=email]"
+
+    host: str = setting("SMTP server.", nonempty=True, example='"smtp.example.com"')
+    sender: str = setting("From address.", nonempty=True, example='"trainmon@example.com"')
+    to: list[str] = setting("Recipients.", nonempty=True, example='["oncall@example.com"]')
+    port: int | None = setting(
+        "SMTP port; null means 25, 587 or 465 by security.", default=None, ge=1, le=65535
+    )
+    security: SmtpSecurity = setting("How the connection is protected.", default="starttls")
+    username_env: str | None = setting(
+        "The environment variable holding the login name (with password_env).",
+        default=None,
+        form=ENV_VAR,
+    )
+    password_env: str | None = setting(
+        "The environment variable holding the password (with username_env).",
+        default=None,
+        form=ENV_VAR,
+    )
+    tls_verify: bool = setting("Verify the server's certificate.", default=True)
+    ca_file: str | None = setting(
+        "PEM file of CA certificates to verify the server with.",
+        default=None,
+        form=EXISTING_FILE,
+    )
+    timeout_s: float = setting(
+        "Longest wait for the SMTP server.", default=10.0, gt=0, unit="seconds"
+    )
+
+    def check(self) -> None:
+        """A login needs both a user name and a password."""
+        if (self.username_env is None) != (self.password_env is None):
+            key = "password_env" if self.password_env is None else "username_env"
+            raise SettingError(
+                key,
+                'is missing: an email sink needs it, e.g. "SMTP_PASSWORD" (login needs both '
+                "username_env and password_env)",
+            )
+
+
+@dataclass(frozen=True)
+class PushgatewaySinkSettings(Settings):
+    """``{"type": "pushgateway"}``: gauge trainmon_alert{rule, severity}, 1 while firing."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=pushgateway]"
+
+    url: str = setting("The Pushgateway.", form=HTTP_URL, example='"http://pushgateway:9091"')
+    job: str | None = setting(
+        "The grouping job; null means the run's name.", default=None, nonempty=True
+    )
+    timeout_s: float = setting("Longest wait for one request.", default=5.0, gt=0, unit="seconds")
+
+
+@dataclass(frozen=True)
+class AlertmanagerSinkSettings(Settings):
+    """``{"type": "alertmanager"}``: POST /api/v2/alerts; resolved alerts get endsAt = now."""
+
+    KEY: ClassVar[str] = "alerts.sinks[type=alertmanager]"
+
+    url: str = setting("The Alertmanager.", form=HTTP_URL, example='"http://alertmanager:9093"')
+    timeout_s: float = setting("Longest wait for one request.", default=5.0, gt=0, unit="seconds")
+
+
+SinkSettings = (
+    ConsoleSinkSettings
+    | FileSinkSettings
+    | WebhookSinkSettings
+    | EmailSinkSettings
+    | PushgatewaySinkSettings
+    | AlertmanagerSinkSettings
+)
+#: Sink ``type`` → its settings class.
+SINK_SETTINGS: dict[str, type[SinkSettings]] = {
+    "console": ConsoleSinkSettings,
+    "file": FileSinkSettings,
+    "webhook": WebhookSinkSettings,
+    "email": EmailSinkSettings,
+    "pushgateway": PushgatewaySinkSettings,
+    "alertmanager": AlertmanagerSinkSettings,
+}
+SINK_TYPES = tuple(SINK_SETTINGS)
+
+
+def parse_sinks(sinks: Any, *, has_run_dir: bool = True) -> tuple[SinkSettings, ...]:
+    """Check the ``alerts.sinks`` entries and build their settings (nothing is sent).
+
+    A mistake is a :class:`ConfigError` naming ``alerts.sinks[i].<key>``. ``has_run_dir``:
+    whether there is a run folder for a file sink without a path.
+    """
+    if isinstance(sinks, (str, bytes)) or not isinstance(sinks, Sequence):
+        raise ConfigError(
+            f"'alerts.sinks' = {sinks!r}: expected a list of sink settings, "
+            f'e.g. [{{"type": "console"}}]'
+        )
+    return tuple(_parse_sink(i, raw, has_run_dir) for i, raw in enumerate(sinks))
+
+
+def _parse_sink(index: int, raw: Any, has_run_dir: bool) -> SinkSettings:
+    path = f"alerts.sinks[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"'{path}' = {redact.shown(raw)}: expected a mapping with a 'type' "
+            f"(one of {', '.join(SINK_TYPES)})"
+        )
+    kind = raw.get("type")
+    if kind is None:
+        raise ConfigError(f"'{path}.type' is missing: expected one of {', '.join(SINK_TYPES)}")
+    if kind not in SINK_SETTINGS:
+        extra = did_you_mean(str(kind), SINK_TYPES, cutoff=0.5, end=" ")
+        raise ConfigError(
+            f"'{path}.type' = {kind!r}: unknown sink type; {extra}"
+            f"valid types: {', '.join(SINK_TYPES)}"
+        )
+    owner = ("an " if kind[0] in "aeiou" else "a ") + f"{kind} sink"
+    rest = {k: v for k, v in raw.items() if k != "type"}
+    settings = build(SINK_SETTINGS[kind], rest, path, owner=owner, extra_keys=("type",))
+    if isinstance(settings, FileSinkSettings) and settings.path is None and not has_run_dir:
+        raise ConfigError(
+            f"'{path}.path' is missing and there is no run folder to put alerts.jsonl in "
+            f"(no jsonl/tensorboard/csv output is enabled); set a path"
+        )
+    return settings
+
+
+@dataclass(frozen=True)
+class AlertsConfig(Settings):
     """Alert rules and the sinks that deliver alerts (trainmon's own section, key ``alerts``).
 
-    Rules are checked when the config is loaded: a bad one is a :class:`ConfigError` naming it.
+    Rules and sinks are checked when the config is loaded: a bad one is a
+    :class:`ConfigError` naming it.
     """
 
-    rules: list[dict[str, Any]] = _doc(
-        "Alert rules, each a mapping with name, kind (threshold, non_finite, spike, drop, "
-        "growth, stall), metric and the kind's keys; see trainmon.alerts.rules.",
+    KEY: ClassVar[str] = "alerts"
+
+    rules: list[dict[str, Any]] = setting(
+        "Alert rules, each a mapping with the alerts.rules[] keys below.",
         default_factory=list,
     )
-    sinks: list[dict[str, Any]] = _doc(
-        'Where alerts go, each a mapping with a "type" (console, file, webhook, ...).',
+    sinks: list[dict[str, Any]] = setting(
+        "Where alerts go, each a mapping with a type and that type's alerts.sinks[] keys below.",
         default_factory=lambda: [{"type": "console"}],
     )
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """Each rule and sink is checked by its own settings class."""
         parse_alert_rules(self.rules)
-        check_sinks(self.sinks, has_run_dir=True)
+        parse_sinks(self.sinks)
 
     def rule_configs(self) -> tuple[AlertRuleConfig, ...]:
         """The rules, checked and typed."""
         return parse_alert_rules(self.rules)
 
+    def sink_settings(self, *, has_run_dir: bool = True) -> tuple[SinkSettings, ...]:
+        """The sinks, checked and typed."""
+        return parse_sinks(self.sinks, has_run_dir=has_run_dir)
+
 
 @dataclass(frozen=True)
-class TrainmonConfig:
+class TrainmonConfig(Settings):
     """The monitoring part of a DeepSpeed-style config, validated; ``raw`` keeps the whole dict."""
 
-    steps_per_print: int = _doc("Console line every N steps (DeepSpeed's default).", default=10)
-    wall_clock_breakdown: bool = _doc(
+    steps_per_print: int = setting(
+        "Console line every N steps (DeepSpeed's default).", default=10, ge=1
+    )
+    wall_clock_breakdown: bool = setting(
         "Report forward/backward/optimizer/communication/data time per step.", default=False
     )
-    train_batch_size: int | None = _doc(
-        "Samples per optimizer step across all ranks (DeepSpeed's rule).", default=None
+    train_batch_size: int | None = setting(
+        "Samples per optimizer step across all ranks (DeepSpeed's rule).", default=None, ge=1
     )
-    train_micro_batch_size_per_gpu: int | None = _doc(
-        "Samples per forward on one rank.", default=None
+    train_micro_batch_size_per_gpu: int | None = setting(
+        "Samples per forward on one rank.", default=None, ge=1
     )
-    gradient_accumulation_steps: int | None = _doc(
-        "Micro-batches per optimizer step.", default=None
+    gradient_accumulation_steps: int | None = setting(
+        "Micro-batches per optimizer step.", default=None, ge=1
     )
-    gradient_clipping: float = _doc(
-        "Clip the global gradient norm to this; 0 means no clipping.", default=0.0
+    gradient_clipping: float = setting(
+        "Clip the global gradient norm to this; 0 means no clipping.", default=0.0, ge=0
     )
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     csv_monitor: CsvMonitorConfig = field(default_factory=CsvMonitorConfig)
@@ -643,12 +875,17 @@ class TrainmonConfig:
     comms_logger: CommsLoggerConfig = field(default_factory=CommsLoggerConfig)
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    writers: list[dict[str, Any]] | None = _doc(
+    writers: list[dict[str, Any]] | None = setting(
         'Writers of your own, each {"class": "package.module:Name", ...keyword arguments of '
         "its constructor} or a name given to trainmon.writers.register_writer.",
         default=None,
     )
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def check(self) -> None:
+        """A file sink without a path needs a run folder: known once the outputs are known."""
+        outputs = (self.tensorboard, self.csv_monitor, self.jsonl)
+        self.alerts.sink_settings(has_run_dir=any(section.enabled for section in outputs))
 
 
 ConfigSource = TrainmonConfig | Mapping[str, Any] | str | os.PathLike[str] | None
@@ -658,7 +895,7 @@ _SECTIONS: dict[str, type] = {
     for f in dataclasses.fields(TrainmonConfig)
     if f.default_factory is not dataclasses.MISSING and f.name != "raw"
 }
-_TOP_LEVEL = [f.name for f in dataclasses.fields(TrainmonConfig) if f.name not in _SECTIONS]
+_TOP_LEVEL = [f.name for f in dataclasses.fields(TrainmonConfig) if "doc" in f.metadata]
 
 
 #: Top-level keys ``trainmon.initialize`` reads to build the training objects (``Monitor`` and
@@ -858,203 +1095,60 @@ def _read_file(path: Path) -> Mapping[str, Any]:
 
 
 def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:
-    kwargs: dict[str, Any] = {}
-    for key in _TOP_LEVEL:
-        if key in data:
-            kwargs[key] = _convert(data[key], _field_type(TrainmonConfig, key), key, origin)
+    kwargs: dict[str, Any] = {key: data[key] for key in _TOP_LEVEL if key in data}
     for key, section_type in _SECTIONS.items():
         if key in data:
             kwargs[key] = _build_section(section_type, data[key], key, origin)
-    for key in (
-        "steps_per_print",
-        "train_batch_size",
-        "train_micro_batch_size_per_gpu",
-        "gradient_accumulation_steps",
-    ):
-        if kwargs.get(key) is not None and kwargs[key] < 1:
-            raise ConfigError(f"{origin}: {key!r} = {data[key]!r}: expected an integer >= 1")
-    if not 0 <= kwargs.get("gradient_clipping", 0.0) < float("inf"):
-        raise ConfigError(
-            f"{origin}: 'gradient_clipping' = {data['gradient_clipping']!r}: expected a finite "
-            f"number >= 0 (0 turns clipping off)"
-        )
-    config = TrainmonConfig(raw=dict(data), **kwargs)
-    _check_semantics(config, origin)
-    return config
+    return construct(TrainmonConfig, {**kwargs, "raw": dict(data)}, "", prefix=f"{origin}: ")
 
 
 def _build_section(section_type: type, value: Any, path: str, origin: str) -> Any:
     if not isinstance(value, Mapping):
+        names = [f.name for f in dataclasses.fields(section_type)]
         raise ConfigError(
             f"{origin}: {path!r} = {value!r}: expected a mapping of settings "
-            f"(keys: {', '.join(_field_names(section_type))})"
+            f"(keys: {', '.join(names)})"
         )
-    names = _field_names(section_type)
-    kwargs = {}
-    for key, item in value.items():
-        full = f"{path}.{key}"
-        if key not in names:
-            suggestion = did_you_mean(str(key), names, cutoff=0.5, end=" ")
-            raise ConfigError(
-                f"{origin}: unknown key {full!r}; {suggestion}valid keys of {path!r}: "
-                f"{', '.join(names)}"
-            )
-        kwargs[key] = _convert(item, _field_type(section_type, key), full, origin)
-    return section_type(**kwargs)
-
-
-def _check_semantics(config: TrainmonConfig, origin: str) -> None:
-    has_run_dir = False
-    for key in ("tensorboard", "csv_monitor", "jsonl"):
-        section: OutputSection = getattr(config, key)
-        _check_path_part(section.output_path, f"{key}.output_path", origin, relative=False)
-        _check_path_part(section.job_name, f"{key}.job_name", origin, relative=True)
-        has_run_dir = has_run_dir or section.enabled
-    # a file sink without a path needs a run folder: known only once the outputs are known
-    check_sinks(config.alerts.sinks, has_run_dir=has_run_dir)
-    pipeline = config.trainmon
-    for name in ("queue_size", "window_steps", "total_steps", "layer_stats_depth"):
-        value = getattr(pipeline, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"{origin}: 'trainmon.{name}' = {value!r}: expected an integer >= 1")
-    if pipeline.log_rank != "last" and pipeline.log_rank < 0:
-        raise ConfigError(
-            f"{origin}: 'trainmon.log_rank' = {pipeline.log_rank!r}: expected an integer >= 0, "
-            'or "last"'
-        )
-    for name in (
-        "full_wait_s",
-        "flush_interval_s",
-        "window_seconds",
-        "collective_timeout_s",
-        "close_timeout_s",
-    ):
-        value = getattr(pipeline, name)
-        if value is not None and (not value >= 0 or value == float("inf")):
-            raise ConfigError(
-                f"{origin}: 'trainmon.{name}' = {value!r}: expected a finite number of seconds >= 0"
-            )
-
-
-def check_sinks(sinks: Any, *, has_run_dir: bool) -> None:
-    """``alerts.sinks`` checked exactly as the Monitor builds them (no I/O, nothing sent)."""
-    from trainmon.alerts.sinks import build_sinks
-
-    build_sinks(sinks, run_dir=Path("run") if has_run_dir else None, job="job")
-
-
-def _check_path_part(value: str, path: str, origin: str, *, relative: bool) -> None:
-    """Refuse paths that could make a writer write outside the folder the user named."""
-    if "\x00" in value:
-        raise ConfigError(f"{origin}: {path!r} = {value!r} contains a NUL character")
-    if not relative:
-        return
-    parts = PurePosixPath(value.replace("\\", "/")).parts
-    if not value or value.startswith(("/", "\\")) or ".." in parts or ":" in value[:2]:
-        raise ConfigError(
-            f"{origin}: {path!r} = {value!r}: expected a non-empty relative folder name "
-            f"without '..' (it is placed inside output_path)"
-        )
-
-
-def _field_names(section_type: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(section_type)]
-
-
-def _field_type(owner: type, name: str) -> Any:
-    return typing.get_type_hints(owner)[name]
-
-
-def _describe(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if origin is dict:
-        return "a mapping"
-    if origin is list:
-        return f"a list of {_describe(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
-
-
-def _convert(value: Any, tp: Any, path: str, origin: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are."""
-    kind = typing.get_origin(tp)
-    ok = False
-    if kind is Literal:
-        choices = typing.get_args(tp)
-        if value in choices and isinstance(value, str):
-            return value
-        extra = did_you_mean(str(value), [str(c) for c in choices], start="; ")
-        raise ConfigError(
-            f"{origin}: {path!r} = {redact.shown(value)}: expected {_describe(tp)}{extra}"
-        )
-    if kind in (typing.Union, types.UnionType):
-        for option in typing.get_args(tp):
-            try:
-                return _convert(value, option, path, origin)
-            except ConfigError:
-                continue
-    elif tp is type(None):
-        ok = value is None
-    elif tp is bool:
-        ok = isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            try:
-                value = float(value)
-            except OverflowError:  # an int beyond the range of a float
-                ok = False
-    elif tp is str:
-        ok = isinstance(value, str)
-    elif kind is dict and isinstance(value, Mapping):
-        return dict(value)
-    elif kind is list and isinstance(value, (list, tuple)):
-        (item_type,) = typing.get_args(tp)
-        return [_convert(v, item_type, f"{path}[{i}]", origin) for i, v in enumerate(value)]
-    if ok:
-        return value
-    raise ConfigError(f"{origin}: {path!r} = {redact.shown(value)}: expected {_describe(tp)}")
-
-
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
+    return build(section_type, value, path, owner=repr(path), prefix=f"{origin}: ")
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:
-    """(key, type, default, doc) for every key trainmon reads; drives the README's table."""
+    """(key, what it accepts, default, doc) for every key trainmon reads, alert rules and
+    sinks included; drives the README's table."""
     rows = []
+    hints = typing.get_type_hints(TrainmonConfig)
     for f in dataclasses.fields(TrainmonConfig):
-        if f.name == "raw":
+        section = _SECTIONS.get(f.name)
+        if section is None:
+            rows += [_row("", f, hints)] if "doc" in f.metadata else []
             continue
-        if f.name in _SECTIONS:
-            section = _SECTIONS[f.name]
-            for sf in dataclasses.fields(section):
+        rows += _rows(section, f"{f.name}.")
+        if section is AlertsConfig:
+            for row in _rows(AlertRuleConfig, "alerts.rules[]."):
+                name = row[0].rsplit(".", 1)[-1]
+                kinds = [kind for kind, keys in _RULE_REQUIRED.items() if name in keys]
                 rows.append(
-                    (
-                        f"{f.name}.{sf.name}",
-                        _describe(_field_type(section, sf.name)),
-                        repr(_default_of(sf)),
-                        sf.metadata.get("doc", ""),
-                    )
+                    (*row[:2], f"(required by {', '.join(kinds)})", row[3]) if kinds else row
                 )
-        else:
-            rows.append(
-                (
-                    f.name,
-                    _describe(_field_type(TrainmonConfig, f.name)),
-                    repr(f.default),
-                    f.metadata.get("doc", ""),
-                )
-            )
+            types = "one of " + ", ".join(map(repr, SINK_TYPES))
+            rows.append(("alerts.sinks[].type", types, "(required)", "The kind of sink."))
+            for kind, sink in SINK_SETTINGS.items():
+                rows += _rows(sink, f"alerts.sinks[type={kind}].")
     return rows
+
+
+def _rows(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
+    hints = typing.get_type_hints(cls)
+    return [_row(prefix, f, hints) for f in dataclasses.fields(cls) if "doc" in f.metadata]
+
+
+def _row(
+    prefix: str, f: dataclasses.Field[Any], hints: dict[str, Any]
+) -> tuple[str, str, str, str]:
+    default = "(required)" if is_required(f) else repr(default_of(f))
+    return (
+        prefix + f.name,
+        expected(hints[f.name], f.metadata["limits"]),
+        default,
+        f.metadata["doc"],
+    )

@@ -553,75 +553,75 @@ def test_alertmanager_shows_the_alert_active_then_resolves_it(alertmanager: Daem
 @pytest.mark.parametrize(
     ("sinks", "message"),
     [
-        ({"type": "console"}, r"alerts.sinks = .*expected a list of sink settings"),
-        (["console"], r"alerts.sinks\[0\] = 'console': expected a mapping with a 'type'"),
-        ([{}], r"alerts.sinks\[0\].type is missing: expected one of console, file, webhook"),
+        ({"type": "console"}, r"'alerts.sinks' = .*expected a list of sink settings"),
+        (["console"], r"'alerts.sinks\[0\]' = 'console': expected a mapping with a 'type'"),
+        ([{}], r"'alerts.sinks\[0\].type' is missing: expected one of console, file, webhook"),
         (
             [{"type": "console"}, {"type": "webhok", "url": "http://x"}],
-            r"alerts.sinks\[1\].type = 'webhok': unknown sink type; did you mean 'webhook'\?",
+            r"'alerts.sinks\[1\].type' = 'webhok': unknown sink type; did you mean 'webhook'\?",
         ),
-        ([{"type": "webhook"}], r"alerts.sinks\[0\].url is missing: a webhook sink needs it"),
+        ([{"type": "webhook"}], r"'alerts.sinks\[0\].url' is missing: a webhook sink needs it"),
         (
             [{"type": "webhook", "url": "hooks.slack.com/x"}],
-            r"alerts.sinks\[0\].url = 'hooks.slack.com/x': expected an http:// or https:// URL",
+            r"'alerts.sinks\[0\].url' = 'hooks.slack.com/x': expected an http:// or https:// URL",
         ),
         (
             [{"type": "webhook", "url": "http://h", "fromat": "slack"}],
-            r"unknown key alerts.sinks\[0\].fromat; did you mean 'format'\? valid keys of a "
+            r"unknown key 'alerts.sinks\[0\].fromat'; did you mean 'format'\? valid keys of a "
             r"webhook sink: type, url, format",
         ),
         (
             [{"type": "webhook", "url": "http://h", "format": "slak"}],
-            r"alerts.sinks\[0\].format = 'slak': expected one of 'json', 'slack', 'dingtalk', "
+            r"'alerts.sinks\[0\].format' = 'slak': expected one of 'json', 'slack', 'dingtalk', "
             r"'feishu'; did you mean 'slack'\?",
         ),
         (
             [{"type": "webhook", "url": "http://h", "timeout_s": 0}],
-            r"alerts.sinks\[0\].timeout_s = 0: expected a number of seconds > 0",
+            r"'alerts.sinks\[0\].timeout_s' = 0: expected a finite number of seconds > 0",
         ),
         (
             [{"type": "webhook", "url": "http://h", "secret_env": "TRAINMON_TEST_UNSET"}],
-            r"alerts.sinks\[0\].secret_env = 'TRAINMON_TEST_UNSET': the environment variable "
+            r"'alerts.sinks\[0\].secret_env' = 'TRAINMON_TEST_UNSET': the environment variable "
             r"TRAINMON_TEST_UNSET is not set",
         ),
         (
             [{"type": "webhook", "url": "http://h", "secret_env": "HOME"}],
-            r"alerts.sinks\[0\].secret_env = 'HOME': expected no secret: only the dingtalk",
+            r"'alerts.sinks\[0\].secret_env' = 'HOME': expected no secret: only the dingtalk",
         ),
         (
             [{"type": "email", "host": "h", "port": 70000, "sender": "a@b", "to": ["c@d"]}],
-            r"alerts.sinks\[0\].port = 70000: expected an integer port from 1 to 65535",
+            r"'alerts.sinks\[0\].port' = 70000: expected an integer from 1 to 65535",
         ),
         (
             [{"type": "email", "host": "h", "port": "25", "sender": "a@b", "to": ["c@d"]}],
-            r"alerts.sinks\[0\].port = '25': expected an integer port",
+            r"'alerts.sinks\[0\].port' = '25': expected an integer from 1 to 65535 or null",
         ),
         (
             [{"type": "email", "host": "h", "sender": "a@b", "to": "c@d"}],
-            r"alerts.sinks\[0\].to = 'c@d': expected a non-empty list of strings",
+            r"'alerts.sinks\[0\].to' = 'c@d': expected a non-empty list of strings",
         ),
         (
             [{"type": "email", "host": "h", "sender": "a@b"}],
-            r"alerts.sinks\[0\].to is missing: an email sink needs it",
+            r"'alerts.sinks\[0\].to' is missing: an email sink needs it",
         ),
         (
             [{"type": "email", "host": "h", "sender": "a@b", "to": ["c"], "security": "tls"}],
-            r"alerts.sinks\[0\].security = 'tls': expected one of 'plain', 'starttls', 'ssl'",
+            r"'alerts.sinks\[0\].security' = 'tls': expected one of 'plain', 'starttls', 'ssl'",
         ),
         (
             [{"type": "email", "host": "h", "sender": "a@b", "to": ["c"], "username_env": "HOME"}],
-            r"alerts.sinks\[0\].password_env is missing",
+            r"'alerts.sinks\[0\].password_env' is missing",
         ),
         (
             [{"type": "email", "host": "h", "sender": "a@b", "to": ["c"], "password": "x"}],
-            r"unknown key alerts.sinks\[0\].password; did you mean 'password_env'\?",
+            r"unknown key 'alerts.sinks\[0\].password'; did you mean 'password_env'\?",
         ),
         (
             [{"type": "pushgateway", "url": "http://h:99999"}],
-            r"alerts.sinks\[0\].url = 'http://h:99999': expected a URL whose port is an integer",
+            r"'alerts.sinks\[0\].url' = 'http://h:99999': expected a URL whose port is an integer",
         ),
-        ([{"type": "alertmanager"}], r"alerts.sinks\[0\].url is missing"),
-        ([{"type": "file"}], r"alerts.sinks\[0\].path is missing and there is no run folder"),
+        ([{"type": "alertmanager"}], r"'alerts.sinks\[0\].url' is missing"),
+        ([{"type": "file"}], r"'alerts.sinks\[0\].path' is missing and there is no run folder"),
     ],
 )
 def test_bad_sink_configs_fail_at_build_time(sinks: Any, message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import smtplib
 import ssl
+import typing
 from collections.abc import Sequence
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -17,8 +18,9 @@ from trainmon.alerts.formatting import (
 )
 from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks.transport import env_value
+from trainmon.config import SmtpSecurity
 
-SECURITY = ("plain", "starttls", "ssl")
+SECURITY: tuple[str, ...] = typing.get_args(SmtpSecurity)
 _DEFAULT_SMTP_PORT = {"plain": 25, "starttls": 587, "ssl": 465}
 
 

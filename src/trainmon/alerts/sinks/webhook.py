@@ -8,6 +8,7 @@ import hmac
 import json
 import os
 import time
+import typing
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,8 +26,9 @@ from trainmon.alerts.formatting import (
 )
 from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks.transport import env_value, http_send
+from trainmon.config import WebhookFormat
 
-WEBHOOK_FORMATS = ("json", "slack", "dingtalk", "feishu")
+WEBHOOK_FORMATS: tuple[str, ...] = typing.get_args(WebhookFormat)
 
 
 class WebhookSink(AlertSink):
