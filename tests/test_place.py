@@ -62,7 +62,7 @@ def test_logging_rank_and_who_writes() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(-1, "expected an integer >= 0"), ("first", "expected an integer or one of 'last'")],
+    [(-1, "expected an integer >= 0"), ("first", "expected an integer >= 0 or 'last'")],
 )
 def test_log_rank_config_is_checked(value: object, expected: str) -> None:
     with pytest.raises(ConfigError, match=rf"'trainmon.log_rank' = .*{expected}"):

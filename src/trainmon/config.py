@@ -716,10 +716,14 @@ class EmailSinkSettings(Settings):
     def check(self) -> None:
         """A login needs both a user name and a password."""
         if (self.username_env is None) != (self.password_env is None):
-            key = "password_env" if self.password_env is None else "username_env"
+            key, example = (
+                ("password_env", "SMTP_PASSWORD")
+                if self.password_env is None
+                else ("username_env", "SMTP_USER")
+            )
             raise SettingError(
                 key,
-                'is missing: an email sink needs it, e.g. "SMTP_PASSWORD" (login needs both '
+                f'is missing: an email sink needs it, e.g. "{example}" (login needs both '
                 "username_env and password_env)",
             )
 

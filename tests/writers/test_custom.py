@@ -275,8 +275,8 @@ def test_naming_mistakes_are_config_errors_at_start_up(
 
 
 def test_a_writers_entry_that_is_not_a_mapping_is_refused_when_loading() -> None:
-    """ "writers": ["pkg:W"] is refused by load_config, naming the writers key."""
-    with pytest.raises(ConfigError, match=r"'writers' = \['pkg:W'\]: expected a list of mappings"):
+    """ "writers": ["pkg:W"] is refused by load_config, naming the entry of the writers key."""
+    with pytest.raises(ConfigError, match=r"'writers\[0\]' = 'pkg:W': expected a mapping$"):
         load_config({"writers": ["pkg:W"]})
 
 
