@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -219,3 +221,54 @@ class CrossRankReducer:
             self._warned_steps = True
             _log.warning("ranks closed windows at different steps %s; are they in step?", steps)
         return summarise_ranks(table)
+
+
+# ---- the default group's lifetime -----------------------------------------------------------
+
+
+def release_default_group_references() -> int:
+    """Let ``torch.distributed.destroy_process_group()`` really free the default group.
+
+    Some of torch's own modules bind ``group.WORLD`` as a default argument when they are
+    imported (``torch.distributed.nn.functional``: ten functions); imported after
+    ``init_process_group`` (building the first optimizer imports it, through
+    ``torch._dynamo``), they hold the default group itself, so ``destroy_process_group()``
+    leaves it alive with its gloo threads until the interpreter exits, where its teardown
+    could abort the process ("terminate called without an active exception"). This puts back
+    the default they get when imported before ``init_process_group``: None, which every
+    ``torch.distributed`` call reads as the default group, so calls keep their meaning.
+    Returns how many functions were changed. Called by every driver's close.
+    """
+    torch: Any = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 0
+    world = dist.group.WORLD
+    changed = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("torch.distributed."):
+            continue
+        for value in list(vars(module).values()):
+            functions = [value]
+            if isinstance(value, type) and value.__module__ == name:
+                functions = [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
+            for function in functions:
+                if isinstance(function, types.FunctionType) and _drop_default(function, world):
+                    changed += 1
+    if changed:
+        _log.debug("released %d default-argument references to the default group", changed)
+    return changed
+
+
+def _drop_default(function: types.FunctionType, world: object) -> bool:
+    """Replace ``world`` by None in ``function``'s defaults; whether there was one."""
+    defaults = function.__defaults__
+    keyword = function.__kwdefaults__
+    found = False
+    if defaults and any(d is world for d in defaults):
+        function.__defaults__ = tuple(None if d is world else d for d in defaults)
+        found = True
+    if keyword and any(d is world for d in keyword.values()):
+        function.__kwdefaults__ = {k: None if d is world else d for k, d in keyword.items()}
+        found = True
+    return found

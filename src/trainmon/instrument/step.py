@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from trainmon.distributed import release_default_group_references
 from trainmon.instrument.clock import (
     BACKWARD,
     COMM,
@@ -243,16 +244,21 @@ class StepInstrument:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Log the collective summary and restore torch.distributed's functions. Idempotent."""
+        """Log the collective summary and restore torch.distributed's functions; then let the
+        caller's ``destroy_process_group()`` really free the default group (see
+        :func:`~trainmon.distributed.release_default_group_references`). Idempotent."""
         if self._closed:
             return
         self._closed = True
         comms, self.comms = self.comms, None
-        if comms is not None:
-            try:
-                comms.log_summary()
-            finally:
-                comms.uninstall()
+        try:
+            if comms is not None:
+                try:
+                    comms.log_summary()
+                finally:
+                    comms.uninstall()
+        finally:
+            release_default_group_references()
 
 
 def _distributed_initialised() -> bool:
