@@ -230,14 +230,15 @@ def release_default_group_references() -> int:
     """Let ``torch.distributed.destroy_process_group()`` really free the default group.
 
     Some of torch's own modules bind ``group.WORLD`` as a default argument when they are
-    imported (``torch.distributed.nn.functional``: ten functions); imported after
-    ``init_process_group`` (building the first optimizer imports it, through
-    ``torch._dynamo``), they hold the default group itself, so ``destroy_process_group()``
-    leaves it alive with its gloo threads until the interpreter exits, where its teardown
-    could abort the process ("terminate called without an active exception"). This puts back
-    the default they get when imported before ``init_process_group``: None, which every
-    ``torch.distributed`` call reads as the default group, so calls keep their meaning.
-    Returns how many functions were changed. Called by every driver's close.
+    imported (``torch.distributed.nn.functional``: ten functions; ZeRO's and FSDP's grad
+    scaler: one each). Imported after ``init_process_group`` (building the first optimizer
+    imports the first, through ``torch._dynamo``), they hold the default group itself, so
+    ``destroy_process_group()`` leaves it alive, gloo threads included, until the interpreter
+    exits and tears it down (an exit that can abort: "terminate called without an active
+    exception"). This puts back the default they get when imported before
+    ``init_process_group``: None, which every ``torch.distributed`` call reads as the default
+    group, so calls keep their meaning. Looks at the functions and class methods of the loaded
+    ``torch.distributed.*`` modules; returns how many it changed. Every driver's close calls it.
     """
     torch: Any = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None)
@@ -248,13 +249,14 @@ def release_default_group_references() -> int:
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith("torch.distributed."):
             continue
+        # only type() checks on the module's values: some of them warn on attribute access
         for value in list(vars(module).values()):
-            functions = [value]
-            if isinstance(value, type) and value.__module__ == name:
-                functions = [v for v in vars(value).values() if isinstance(v, types.FunctionType)]
-            for function in functions:
-                if isinstance(function, types.FunctionType) and _drop_default(function, world):
-                    changed += 1
+            if type(value) is types.FunctionType:
+                changed += _drop_default(value, world)
+            elif type(value) is type and value.__module__ == name:  # its methods' defaults
+                for member in list(vars(value).values()):
+                    if type(member) is types.FunctionType:
+                        changed += _drop_default(member, world)
     if changed:
         _log.debug("released %d default-argument references to the default group", changed)
     return changed
