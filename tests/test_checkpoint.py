@@ -336,7 +336,8 @@ def test_orphaned_steps_stay_hidden_when_the_resumed_run_stops_earlier(tmp_path:
 
 def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
     """Run the worker on two ranks; a port taken by another process meanwhile (other suites
-    run torchrun on this machine too) is retried with a new one."""
+    run torchrun on this machine too) is retried with a new one. Every run must end cleanly:
+    exit code 0, no "terminate called" abort, no gloo thread left after destroy_process_group."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     for _ in range(3):
         with socket.socket() as s:
@@ -350,10 +351,19 @@ def _torchrun_results(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
         if done.returncode == 0 or "address already in use" not in done.stderr.lower():
             break
-    assert done.returncode == 0, done.stdout + done.stderr
-    # both ranks print to one pipe: their lines may be glued together, so split on the marker
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "terminate called" not in output, output
+    # both ranks print to one pipe: their lines may be glued together, so split on the markers
     decode = json.JSONDecoder().raw_decode
     found = [decode(part)[0] for part in done.stdout.split("RESULT ")[1:]]
+    # no gloo thread may survive destroy_process_group (its teardown at exit could abort)
+    threads = [decode(part)[0] for part in done.stdout.split("THREADS ")[1:]]
+    assert sorted(t["rank"] for t in threads) == [0, 1], output
+    for row in threads:
+        if row["after_destroy"] is not None:
+            gloo = [name for name in row["after_destroy"] if "gloo" in name]
+            assert gloo == [], f"rank {row['rank']}: gloo threads {gloo} after destroy"
     return sorted(found, key=lambda r: r["rank"])
 
 

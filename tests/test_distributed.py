@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import os
 import re
 import socket
 import statistics
@@ -286,3 +287,50 @@ def test_windows_of_late_values_are_not_gathered() -> None:
         reducer.close()
     finally:
         dist.destroy_process_group()
+
+
+_RELEASE_SCRIPT = """
+import json, sys
+from pathlib import Path
+import torch
+import torch.distributed as dist
+import trainmon
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], rank=0, world_size=1)
+import torch.distributed.nn.functional as F  # after init: its defaults hold the default group
+
+model = torch.nn.Linear(4, 1)
+config = {"train_micro_batch_size_per_gpu": 2, "console": {"enabled": False},
+          "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}
+engine, _, _, _ = trainmon.initialize(model=model, config=config)
+engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
+engine.step()
+engine.close()
+summed = F.all_reduce(torch.ones(2)).tolist()  # a default of None is still the default group
+dist.destroy_process_group()
+names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
+print(json.dumps({"summed": summed, "threads": names}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names come from /proc")
+def test_destroy_process_group_frees_gloo_after_the_engine_closes(tmp_path: Path) -> None:
+    """A module of torch imported after init_process_group holds the default group in its
+    default arguments; once the engine closed, destroy_process_group still frees the group
+    (no gloo thread is left for interpreter exit) and those functions still use it."""
+    script = tmp_path / "release.py"
+    script.write_text(_RELEASE_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(trainmon.__file__).parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = printed_objects(done.stdout)[-1]
+    assert report["summed"] == [1.0, 1.0]
+    assert [name for name in report["threads"] if "gloo" in name] == []

@@ -6,6 +6,8 @@ Usage: ckpt_ranks_worker.py OUTDIR MODE
 * ``stop``: a stop rule on ``train/loss`` (evaluated on rank 0 only); step 3 has a NaN loss on
   every rank; then every rank saves: prints ``RESULT {json}`` saying whether the save raised
   ``TrainingStopped``.
+
+After ``destroy_process_group()`` each rank prints ``THREADS {json}``: its threads' names.
 """
 
 from __future__ import annotations
@@ -82,6 +84,23 @@ def main() -> None:
     print("RESULT " + json.dumps(result), flush=True)
     engine.close()
     dist.destroy_process_group()
+    # gloo's threads still running now mean the group outlived destroy_process_group: its
+    # teardown then happens at interpreter exit, where it could abort the process
+    print("THREADS " + json.dumps({"rank": rank, "after_destroy": native_threads()}), flush=True)
+
+
+def native_threads() -> list[str] | None:
+    """The names of this process's threads, C++ ones included (None where /proc is absent)."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    names = []
+    for task in sorted(tasks.iterdir()):
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return names
 
 
 if __name__ == "__main__":

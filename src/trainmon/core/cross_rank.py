@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -219,3 +221,56 @@ class CrossRankReducer:
             self._warned_steps = True
             _log.warning("ranks closed windows at different steps %s; are they in step?", steps)
         return summarise_ranks(table)
+
+
+# ---- the default group's lifetime -----------------------------------------------------------
+
+
+def release_default_group_references() -> int:
+    """Let ``torch.distributed.destroy_process_group()`` really free the default group.
+
+    Some of torch's own modules bind ``group.WORLD`` as a default argument when they are
+    imported (``torch.distributed.nn.functional``: ten functions; ZeRO's and FSDP's grad
+    scaler: one each). Imported after ``init_process_group`` (building the first optimizer
+    imports the first, through ``torch._dynamo``), they hold the default group itself, so
+    ``destroy_process_group()`` leaves it alive, gloo threads included, until the interpreter
+    exits and tears it down (an exit that can abort: "terminate called without an active
+    exception"). This puts back the default they get when imported before
+    ``init_process_group``: None, which every ``torch.distributed`` call reads as the default
+    group, so calls keep their meaning. Looks at the functions and class methods of the loaded
+    ``torch.distributed.*`` modules; returns how many it changed. Every driver's close calls it.
+    """
+    torch: Any = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 0
+    world = dist.group.WORLD
+    changed = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("torch.distributed."):
+            continue
+        # only type() checks on the module's values: some of them warn on attribute access
+        for value in list(vars(module).values()):
+            if type(value) is types.FunctionType:
+                changed += _drop_default(value, world)
+            elif type(value) is type and value.__module__ == name:  # its methods' defaults
+                for member in list(vars(value).values()):
+                    if type(member) is types.FunctionType:
+                        changed += _drop_default(member, world)
+    if changed:
+        _log.debug("released %d default-argument references to the default group", changed)
+    return changed
+
+
+def _drop_default(function: types.FunctionType, world: object) -> bool:
+    """Replace ``world`` by None in ``function``'s defaults; whether there was one."""
+    defaults = function.__defaults__
+    keyword = function.__kwdefaults__
+    found = False
+    if defaults and any(d is world for d in defaults):
+        function.__defaults__ = tuple(None if d is world else d for d in defaults)
+        found = True
+    if keyword and any(d is world for d in keyword.values()):
+        function.__kwdefaults__ = {k: None if d is world else d for k, d in keyword.items()}
+        found = True
+    return found

@@ -21,6 +21,7 @@ from trainmon.collect.instrument.clock import (
 from trainmon.collect.instrument.loss import LossAccumulator
 from trainmon.collect.instrument.memory import MemoryProbe
 from trainmon.collect.instrument.rates import Throughput
+from trainmon.core.cross_rank import release_default_group_references
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
@@ -243,16 +244,21 @@ class StepInstrument:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Log the collective summary and restore torch.distributed's functions. Idempotent."""
+        """Log the collective summary and restore torch.distributed's functions; then let the
+        caller's ``destroy_process_group()`` really free the default group (see
+        :func:`~trainmon.core.cross_rank.release_default_group_references`). Idempotent."""
         if self._closed:
             return
         self._closed = True
         comms, self.comms = self.comms, None
-        if comms is not None:
-            try:
-                comms.log_summary()
-            finally:
-                comms.uninstall()
+        try:
+            if comms is not None:
+                try:
+                    comms.log_summary()
+                finally:
+                    comms.uninstall()
+        finally:
+            release_default_group_references()
 
 
 def _distributed_initialised() -> bool:
