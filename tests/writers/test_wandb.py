@@ -577,12 +577,15 @@ def test_a_resumed_monitor_continues_the_saved_wandb_run_offline(
     for step in range(6, 11):
         second.log({"train/loss": 100.0 + step}, step=step)
     second.close()
-    folders = sorted((base / "wb" / "wandb").glob("offline-run-*"))
-    assert [f.name.rsplit("-", 1)[-1] for f in folders] == [saved_id, saved_id]
-    resumed = read_run(folders[1])
-    assert resumed.run()["run_id"] == saved_id
-    assert resumed.history() == [(s, {"train/loss": 100.0 + s}) for s in range(6, 11)]
-    assert [s for s, _ in read_run(folders[0]).history()] == list(range(1, 9))
+    # both folders hold the saved run (W&B adds "-1" to the second folder's name when both
+    # runs started within the same second): told apart by what they hold, not by name
+    folders = list((base / "wb" / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2
+    assert all((f / f"run-{saved_id}.wandb").is_file() for f in folders), folders
+    runs = sorted((read_run(f) for f in folders), key=lambda r: r.history()[0][0])
+    assert [r.run()["run_id"] for r in runs] == [saved_id, saved_id]
+    assert [s for s, _ in runs[0].history()] == list(range(1, 9))
+    assert runs[1].history() == [(s, {"train/loss": 100.0 + s}) for s in range(6, 11)]
 
 
 # ---- histograms, text and hyper-parameters -------------------------------------------------
