@@ -300,12 +300,20 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[1], ra
 import torch.distributed.nn.functional as F  # after init: its defaults hold the default group
 
 model = torch.nn.Linear(4, 1)
-config = {"train_micro_batch_size_per_gpu": 2, "console": {"enabled": False},
-          "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}
-engine, _, _, _ = trainmon.initialize(model=model, config=config)
-engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
-engine.step()
-engine.close()
+if sys.argv[2] == "engine":
+    config = {"train_micro_batch_size_per_gpu": 2, "console": {"enabled": False},
+              "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}}
+    engine, _, _, _ = trainmon.initialize(model=model, config=config)
+    engine.backward(engine(torch.randn(2, 4)).pow(2).mean())
+    engine.step()
+    engine.close()
+else:  # the user's own loop and optimizer, with a bare Monitor
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    monitor = trainmon.Monitor({"console": {"enabled": False}})
+    model(torch.randn(2, 4)).pow(2).mean().backward()
+    optimizer.step()
+    monitor.log({"train/loss": 1.0}, step=1)
+    monitor.close()
 summed = F.all_reduce(torch.ones(2)).tolist()  # a default of None is still the default group
 dist.destroy_process_group()
 names = [(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()]
@@ -315,15 +323,19 @@ print(json.dumps({"summed": summed, "threads": names}))
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names come from /proc")
-def test_destroy_process_group_frees_gloo_after_the_engine_closes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("closing", ["engine", "monitor"])
+def test_destroy_process_group_frees_gloo_after_trainmon_closes(
+    tmp_path: Path, closing: str
+) -> None:
     """A module of torch imported after init_process_group holds the default group in its
-    default arguments; once the engine closed, destroy_process_group still frees the group
-    (no gloo thread is left for interpreter exit) and those functions still use it."""
+    default arguments; once the engine (or a bare Monitor) closed, destroy_process_group still
+    frees the group (no gloo thread is left for interpreter exit) and those functions still
+    use it."""
     script = tmp_path / "release.py"
     script.write_text(_RELEASE_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(Path(trainmon.__file__).parent.parent)}
     done = subprocess.run(
-        [sys.executable, str(script), str(free_port())],
+        [sys.executable, str(script), str(free_port()), closing],
         capture_output=True,
         text=True,
         timeout=120,

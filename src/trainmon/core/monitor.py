@@ -20,7 +20,7 @@ from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.aggregate import WindowAggregator, WindowStats
 from trainmon.core.callbacks import Callback, as_callback, has_hook
-from trainmon.core.cross_rank import CrossRankReducer
+from trainmon.core.cross_rank import CrossRankReducer, release_default_group_references
 from trainmon.core.events import Hparams, StepScalars, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
@@ -623,6 +623,8 @@ class Monitor:
         if self._reducer is not None:
             # after the final gather: a gloo group left to interpreter exit could abort it
             self._reducer.close()
+        # so that the caller's destroy_process_group() really frees the default group
+        release_default_group_references()
         if self.alerts is not None:
             lost.update(self.alerts.close(max(0.0, deadline - time.monotonic())))
         _live.discard(self)
