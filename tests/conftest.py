@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,3 +88,28 @@ def printed_objects(stdout: str) -> list[Any]:
             while line.startswith(" ", at):
                 at += 1
     return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(
+    script: Path, nproc: int, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` under torchrun with ``nproc`` CPU processes on loopback."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+        *args,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result

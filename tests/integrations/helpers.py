@@ -8,7 +8,7 @@ from typing import Any
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import trainmon
-from test_distributed import torchrun as run_torchrun
+from conftest import torchrun as run_torchrun
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
 #: The step-time parts the drivers log, which must add up to no more than the step.

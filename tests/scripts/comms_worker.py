@@ -1,4 +1,4 @@
-"""torchrun entry for ``tests/test_comms.py``: gloo ranks on the CPU run collectives under a
+"""torchrun entry for ``tests/collect/test_comms.py``: gloo ranks on the CPU run collectives under a
 ``CommsLogger`` and write down what they saw.
 
 argv: ``outdir``. Three phases, each with its own Monitor (JSONL journal under

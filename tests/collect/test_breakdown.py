@@ -15,7 +15,7 @@ import trainmon
 from conftest import printed_objects
 from trainmon.collect.instrument import StepInstrument
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 PARTS = (
     "perf/forward_ms",
     "perf/backward_inner_ms",
@@ -167,7 +167,7 @@ def test_two_ranks_with_a_straggler_parts_fit_and_loss_is_the_mean(tmp_path: Pat
     """Under torchrun with rank 1 sleeping 20 ms per step: on every rank and step the parts add
     up to at most the step time (x 1.05 + 1 ms); rank 0's comm wait shows rank 1's delay while
     its backward does not; train/loss on both ranks is the mean of the ranks' local losses."""
-    from test_distributed import torchrun
+    from conftest import torchrun
 
     result = torchrun(SCRIPTS / "breakdown_worker.py", 2, str(tmp_path), timeout=240)
     reports = {r["rank"]: r for r in printed_objects(result.stdout)}

@@ -21,7 +21,7 @@ import pytest
 
 import trainmon
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 WORKER = SCRIPTS / "deepspeed_worker.py"
 STAGES = ("0", "00", "1", "2", "3")  # "00": ZeRO 0 without gradient clipping
 STEPS = 4

@@ -7,7 +7,6 @@ import io
 import logging
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -16,38 +15,13 @@ from pathlib import Path
 import pytest
 
 import trainmon
-from conftest import printed_objects
+from conftest import free_port, printed_objects, torchrun
 from trainmon.core.cross_rank import summarise_ranks
 from trainmon.logging import configure_logging, log_dist, rank_file
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 from ranks_worker import values  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def torchrun(
-    script: Path, nproc: int, *args: str, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` under torchrun with ``nproc`` CPU processes on loopback."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={free_port()}",
-        str(script),
-        *args,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 @pytest.mark.slow

@@ -26,8 +26,8 @@ from trainmon.writers.tensorboard import TensorBoardWriter
 torch = pytest.importorskip("torch")
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
-WORKER = Path(__file__).parent / "scripts" / "resume_worker.py"
-SRC = Path(__file__).parents[1] / "src"
+WORKER = Path(__file__).parents[1] / "scripts" / "resume_worker.py"
+SRC = Path(__file__).parents[2] / "src"
 
 
 def _scalars(folder: Path, tag: str) -> list[tuple[int, float]]:

@@ -7,7 +7,6 @@ import inspect
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from conftest import free_port
 from trainmon import Monitor, read_journal
 from trainmon.collect.comms import (
     SUPPORTED_OPS,
@@ -31,7 +31,7 @@ from trainmon.core.values import Deferred
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-WORKER = Path(__file__).parent / "scripts" / "comms_worker.py"
+WORKER = Path(__file__).parents[1] / "scripts" / "comms_worker.py"
 KIB, MIB = 1024, 1024 * 1024
 HEADER = (
     "Comm. Op            Message Size        Count               Total Latency(ms)   "
@@ -318,13 +318,6 @@ def test_cuda_collectives_are_timed_with_events(monkeypatch: pytest.MonkeyPatch)
 
 
 # ---- two real ranks under torchrun ------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
