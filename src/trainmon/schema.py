@@ -273,7 +273,7 @@ def _match(value: Any, tp: Any, limits: Limits, key: str) -> tuple[bool, Any]:
 def _problem(value: Any, tp: Any, limits: Limits, whole: Any) -> str | None:
     """Why a value of the right type is refused by ``limits``, or None (the value is not
     null, so what is expected leaves null out)."""
-    text = f"expected {expected(_non_null(whole), limits)}"
+    text = f"expected {expected(without_null(whole), limits)}"
     if limits.example:
         text += f", e.g. {limits.example}"
     if tp in (int, float):
@@ -348,20 +348,11 @@ def _bounds(limits: Limits) -> str:
     return " and ".join(parts)
 
 
-def _non_null(tp: Any) -> Any:
-    """The annotation without its ``None`` option."""
+def without_null(tp: Any) -> Any:
+    """The annotation without its ``None`` option: ``float | None`` → ``float``."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         options = tuple(a for a in typing.get_args(tp) if a is not type(None))
         return options[0] if len(options) == 1 else typing.Union[options]  # noqa: UP007
-    return tp
-
-
-def without_null(tp: Any) -> Any:
-    """``float | None`` → ``float``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(options) == 1:
-            return options[0]
     return tp
 
 
