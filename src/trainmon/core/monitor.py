@@ -16,6 +16,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.aggregate import WindowAggregator, WindowStats
@@ -109,6 +110,12 @@ class Monitor:
         )
         reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log, self.log_rank)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
+        system = self.config.system_metrics  # sys/* where someone reads them: writers or ranks
+        self._sampler: SystemSampler | None = (
+            start_sampler(self._pipeline.put_sampled, system.interval_s)
+            if system.enabled and (writers or reducer is not None)
+            else None
+        )
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
@@ -619,6 +626,8 @@ class Monitor:
         if self._unusable is None:
             self._unusable = "closed"
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
+        if self._sampler is not None:
+            self._sampler.close()
         lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:
             # after the final gather: a gloo group left to interpreter exit could abort it
