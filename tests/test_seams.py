@@ -48,6 +48,7 @@ THIRD_PARTY_PRIVATE = {
         "sys._getframe",
     ): "caller name for debug comms records, cheaper than inspect",
     ("alerts/watchdog.py", "sys._current_frames"): "stack dump of the stalled training thread",
+    ("alerts/hang.py", "sys._current_frames"): "the stalled training thread's innermost frames",
     (
         "alerts/sinks/webhook.py",
         "parts._replace",
