@@ -242,6 +242,7 @@ LAYER_EXCEPTIONS = {
     ("core/monitor.py", "alerts.engine"): "the Monitor facade starts the alert system",
     ("core/monitor.py", "collect.timing"): "the Monitor facade hands out timers",
     ("core/monitor.py", "collect.system"): "the Monitor facade starts the system-metrics sampler",
+    ("core/monitor.py", "collect.profiler"): "the Monitor facade listens for profile requests",
     ("core/monitor.py", "collect.layer_stats"): "Monitor.watch_layers (imported when called)",
     ("core/monitor.py", "writers"): "the Monitor facade builds the configured writers",
     ("core/callbacks.py", "alerts.model"): "the Alert a callback's on_alert receives",

@@ -12,10 +12,12 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from functools import partial
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.collect.profiler import ProfileOnDemand
 from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
@@ -56,7 +58,7 @@ from trainmon.core.values import (
 )
 from trainmon.errors import TrainingStopped
 from trainmon.logging import get_logger
-from trainmon.writers import build_writers
+from trainmon.writers import build_writers, run_identity
 from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.writers.custom import as_writer
 
@@ -116,6 +118,7 @@ class Monitor:
             if system.enabled and (writers or reducer is not None)
             else None
         )
+        self._profiler = _on_demand_profiler(self)  # profiler.enabled: a signal or RUN/profile
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
@@ -151,6 +154,9 @@ class Monitor:
             if not INT64_MIN <= value <= INT64_MAX:
                 raise ValueError(f"Monitor.step = {value}: outside -2**63 <= step < 2**63")
         self._step = value
+        profiler = self._profiler  # a step boundary: one flag read unless a profile was asked
+        if profiler is not None and profiler.armed:
+            profiler.at_step(value)
 
     def write_events(self, events: Iterable[Item]) -> None:
         """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once.
@@ -628,6 +634,8 @@ class Monitor:
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
         if self._sampler is not None:
             self._sampler.close()
+        if self._profiler is not None:
+            self._profiler.close()
         lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:
             # after the final gather: a gloo group left to interpreter exit could abort it
@@ -667,6 +675,29 @@ class Monitor:
 def _tensor_names(items: Sequence[Item]) -> list[str]:
     """The names of the tensor values of fast-path items, in order (for error messages)."""
     return [item[0] for item in items if is_tensor(item[1])]
+
+
+def _on_demand_profiler(monitor: Monitor) -> ProfileOnDemand | None:
+    """The profile-on-demand watcher for ``config.profiler`` (None when disabled); it reads
+    the step through a weak reference, so it never keeps a dropped monitor alive."""
+    config = monitor.config.profiler
+    if not config.enabled:
+        return None
+    run_dir = run_identity(monitor.config, monitor.place).run_dir or Path.cwd()
+    ref = weakref.ref(monitor)
+
+    def current_step() -> int:
+        current = ref()
+        return current.step if current is not None else 0
+
+    return ProfileOnDemand(
+        config,
+        run_dir.absolute(),
+        rank=monitor.place.rank,
+        world_size=monitor.place.world_size,
+        leader=monitor.place.rank == monitor.log_rank,
+        current_step=current_step,
+    )
 
 
 def _cross_rank_reducer(
