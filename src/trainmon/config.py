@@ -387,7 +387,6 @@ class ThroughputConfig(Settings):
     )
 
 
-
 @dataclass(frozen=True)
 class SystemMetricsConfig(Settings):
     """``sys/*`` metrics (CPU, memory, disk, network, GPU) sampled by a thread of each process."""
@@ -431,6 +430,7 @@ class ProfilerConfig(Settings):
                 "(not SIGKILL, SIGSTOP, SIGINT or SIGTERM)",
                 self.signal,
             )
+
 
 # ---- alerts -----------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tests.conftest import free_port
+
 from trainmon.alerts.hang import diagnose, read_records, write_record
 from trainmon.cli import main as cli_main
 
@@ -70,9 +71,10 @@ def test_verdict_names_who_waits_and_where_the_one_behind_is(tmp_path: Path) -> 
     assert verdict.behind == [1] and verdict.missing == [3]
     # without the comms record, a torch.distributed frame still says where a rank waits
     write_record(tmp_path, _record(3, 41, frames=waiting))
-    assert "rank 3 is at step 41 inside all_reduce (seq. unknown)" in diagnose(
-        read_records(tmp_path)
-    ).line
+    assert (
+        "rank 3 is at step 41 inside all_reduce (seq. unknown)"
+        in diagnose(read_records(tmp_path)).line
+    )
 
 
 def test_without_collectives_the_lowest_step_is_behind(tmp_path: Path) -> None:
@@ -152,10 +154,8 @@ def test_two_ranks_hung_under_torchrun(tmp_path: Path) -> None:
         assert f"verdict: {expected}" in firing[0]["message"]
     finally:
         for pid_file in tmp_path.glob("pid-rank*.txt"):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     after_kill = _hang(run)

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import free_port
 
 import trainmon
-from tests.conftest import free_port
 from trainmon.collect.profiler import REQUEST_FILE
 
 pytest.importorskip("torch")
@@ -67,7 +67,7 @@ def test_sigusr2_profiles_the_next_steps_of_a_running_loop(tmp_path: Path) -> No
     try:
         pids = _ready(proc, 1)
         os.kill(pids[0], signal.SIGUSR2)
-        stdout, stderr = proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr
@@ -99,7 +99,7 @@ def test_one_signal_profiles_the_same_steps_on_every_rank(tmp_path: Path) -> Non
     try:
         pids = _ready(proc, 2)
         os.kill(pids[1], signal.SIGUSR2)
-        stdout, stderr = proc.communicate(timeout=180)
+        _, stderr = proc.communicate(timeout=180)
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr

@@ -1,4 +1,5 @@
-"""System metrics (``sys/*``): sampled off the training thread, checked against what the test did."""
+"""System metrics (``sys/*``): sampled off the training thread, checked against what the
+test did."""
 
 from __future__ import annotations
 
@@ -86,7 +87,13 @@ def test_busy_core_and_20_mib_written_show_in_the_samples(tmp_path: Path) -> Non
 
 def test_a_rule_on_a_system_metric_fires(tmp_path: Path) -> None:
     """sys/* metrics are alertable like any metric: a threshold on the process RSS fires."""
-    rule = {"name": "rss", "kind": "threshold", "metric": "sys/process_rss_mb", "op": ">", "threshold": 1}
+    rule = {
+        "name": "rss",
+        "kind": "threshold",
+        "metric": "sys/process_rss_mb",
+        "op": ">",
+        "threshold": 1,
+    }
     config = _config(tmp_path, 0.05, alerts={"rules": [rule], "sinks": [{"type": "file"}]})
     with trainmon.Monitor(config) as monitor:
         for step in range(1, 40):

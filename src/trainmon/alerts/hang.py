@@ -52,9 +52,7 @@ _COLLECTIVE_FUNCTIONS = frozenset(
     }
 )  # fmt: skip
 _TRAINMON_DIR = str(Path(__file__).resolve().parents[1])
-_STDLIB_DIRS = tuple(
-    {str(Path(p).resolve()) for p in (sysconfig.get_paths()["stdlib"],) if p}
-)
+_STDLIB_DIRS = tuple({str(Path(p).resolve()) for p in (sysconfig.get_paths()["stdlib"],) if p})
 
 
 def hang_file(folder: Path, rank: int) -> Path:
@@ -131,9 +129,7 @@ def build_record(
         "stalled_since": stalled_since,
         "collective": dict(collective) if collective is not None else None,
         "frames": thread_frames(training_thread),
-        "thread": next(
-            (t.name for t in threading.enumerate() if t.ident == training_thread), "?"
-        ),
+        "thread": next((t.name for t in threading.enumerate() if t.ident == training_thread), "?"),
         "stack_file": str(stack_file) if stack_file is not None else None,
     }
 
@@ -216,7 +212,9 @@ def _ranks(ranks: Iterable[int]) -> str:
     return "ranks " + ", ".join(map(str, listed))
 
 
-def diagnose(records: Mapping[int, Mapping[str, Any]], world_size: int | None = None) -> HangVerdict:
+def diagnose(
+    records: Mapping[int, Mapping[str, Any]], world_size: int | None = None
+) -> HangVerdict:
     """Merge the ranks' records into a verdict (see the module doc).
 
     The collective most ranks are inside is the one "the others wait in"; the ranks not inside

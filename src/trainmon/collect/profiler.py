@@ -20,6 +20,7 @@ request file once its profile is written, so ``touch RUN/profile`` works again.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import math
 import os
@@ -196,10 +197,8 @@ class ProfileOnDemand:
             _log.warning("could not write the profile trace %s: %s", path, exc)
         finally:
             if self.leader:
-                try:
+                with contextlib.suppress(OSError):
                     (self.run_dir / REQUEST_FILE).unlink()
-                except OSError:
-                    pass
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -238,7 +237,11 @@ class ProfileOnDemand:
         self._request = (ident, start, count)
         self.armed = True
         _log.info(
-            "profile request %s: steps %d..%d on rank %d", ident, start + 1, start + count, self.rank
+            "profile request %s: steps %d..%d on rank %d",
+            ident,
+            start + 1,
+            start + count,
+            self.rank,
         )
 
     def _write_request(self, path: Path, step: int, rate: float) -> None:

@@ -18,6 +18,7 @@ every rank writes ``sys/gpu0/...`` and the cross-rank statistics compare like wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -113,16 +114,16 @@ class _Gpus:
                     value = read(self.nvml, handle)
                 except Exception as exc:  # NVML_ERROR_NOT_SUPPORTED and kin: this field only
                     fields.remove(field)
-                    _log.info("sys/gpu%d/%s is left out: NVML cannot read it (%s)", index, name, exc)
+                    _log.info(
+                        "sys/gpu%d/%s is left out: NVML cannot read it (%s)", index, name, exc
+                    )
                     continue
                 out.append((f"sys/gpu{index}/{name}", value))
 
     def close(self) -> None:
         if self.nvml is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.nvml.nvmlShutdown()
-            except Exception:
-                pass
             self.nvml = None
 
 
@@ -258,4 +259,3 @@ def start_sampler(emit: Callable[[Sample], None], interval_s: float) -> SystemSa
     sampler = SystemSampler(emit, interval_s)
     sampler.start()
     return sampler
-
