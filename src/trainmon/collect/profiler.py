@@ -29,6 +29,7 @@ import signal
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ _log = get_logger("profiler")
 REQUEST_FILE = "profile"
 """The file in the run folder that asks for a profile (its content is the request)."""
 _LEAD_S = 1.5  # how far ahead a request starts, so that every rank's watcher has seen it
+_PACE_LOOKS = 15  # the step pace is measured over the last this many looks (3 s at 0.2 s)
 _TOP_OPS = 15
 
 _live: weakref.WeakSet[ProfileOnDemand] = weakref.WeakSet()
@@ -102,7 +104,7 @@ class ProfileOnDemand:
         self._profiling_thread: int | None = None
         self._started_at = 0
         self._stop_at = 0
-        self._pace: tuple[float, int] | None = None
+        self._pace: deque[tuple[float, int]] = deque(maxlen=_PACE_LOOKS)
         self._exporters: list[threading.Thread] = []
         self._stop = threading.Event()
         self._warned: set[str] = set()
@@ -210,11 +212,11 @@ class ProfileOnDemand:
     def _look(self) -> None:
         """One look: note the pace, turn a signal or a bare file into a request, read one."""
         now, step = time.monotonic(), self._current_step()
-        if self._pace is None or step < self._pace[1]:
-            self._pace = (now, step)
-        rate = (step - self._pace[1]) / max(1e-9, now - self._pace[0])
-        if now - self._pace[0] > 5.0:
-            self._pace = (now, step)
+        pace = self._pace
+        if pace and step < pace[-1][1]:
+            pace.clear()  # the step went back (a resume)
+        pace.append((now, step))
+        rate = (step - pace[0][1]) / (now - pace[0][0]) if now - pace[0][0] > 0.5 else math.inf
         path = self.run_dir / REQUEST_FILE
         if self.signalled:
             self.signalled = False
@@ -245,7 +247,12 @@ class ProfileOnDemand:
         )
 
     def _write_request(self, path: Path, step: int, rate: float) -> None:
-        lead = 1 if self.world_size == 1 else max(2, math.ceil(rate * _LEAD_S) + 1)
+        """Start ``_LEAD_S`` seconds of steps ahead (the pace over the last few seconds; 20
+        steps before it is known), so that every rank's watcher has read the request."""
+        if self.world_size == 1:
+            lead = 1
+        else:
+            lead = 20 if rate == math.inf else max(3, math.ceil(rate * _LEAD_S) + 2)
         request = {
             "id": f"{time.time():.6f}-rank{self.rank}",
             "start_step": step + lead,
