@@ -11,7 +11,7 @@ step's wall time, and the idle profile-on-demand check at a step boundary.
 * **Step boundary**: ``monitor.step = s`` with ``profiler.enabled`` true (no profile asked: one
   flag read) against false, µs per call.
 
-Run: ``.venv/bin/python benchmarks/bench_system.py [--rounds R] [--steps N]``
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_system.py [--rounds R] [--steps N]``
 """
 
 from __future__ import annotations
@@ -114,7 +114,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--interval", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (numbers are noise)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.steps, args.samples = 4, 50, 30
     info = harness.machine_info(("trainmon", "torch", "psutil"))
     print(harness.machine_line(info))
     sample = per_sample(args.samples)
