@@ -269,15 +269,16 @@ class ProfileOnDemand:
         if signum in _installed:
             return
         if threading.current_thread() is not threading.main_thread():
-            self._warn_once("thread", "not on the main thread: no signal trigger (use the file)")
+            _log.debug("profiler: built off the main thread: no signal trigger (the file works)")
             return
         try:
             current = signal.getsignal(signum)
             if current not in (signal.SIG_DFL, None):
-                self._warn_once(
-                    "taken",
-                    f"{signal.Signals(signum).name} already has a handler; profile on demand "
-                    f"with the file {self.run_dir / REQUEST_FILE} instead",
+                _log.info(
+                    "profiler: %s already has a handler (kept); ask for a profile with "
+                    "the file %s instead",
+                    signal.Signals(signum).name,
+                    self.run_dir / REQUEST_FILE,
                 )
                 return
             signal.signal(signum, _on_signal)

@@ -684,6 +684,8 @@ def _on_demand_profiler(monitor: Monitor) -> ProfileOnDemand | None:
     if not config.enabled:
         return None
     run_dir = run_identity(monitor.config, monitor.place).run_dir or Path.cwd()
+    if monitor.config.trainmon.per_rank_output:  # one request file for every rank
+        run_dir = run_dir.parent
     ref = weakref.ref(monitor)
 
     def current_step() -> int:
