@@ -153,6 +153,21 @@ def test_goodput_prints_a_table_and_one_line_per_attempt(
 
 
 @pytest.mark.slow
+def test_a_run_without_restarts_has_no_lost_work_or_downtime(
+    resumed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An uninterrupted run: 0 restarts, one closed attempt, nothing lost or down, and its
+    parts still add up to its wall time."""
+    assert main(["goodput", str(resumed["plain"]), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["restarts"] == 0
+    assert [a["ended"] for a in figures["attempts"]] == ["closed"]
+    assert figures["badput"]["lost_work_s"] == 0 and figures["badput"]["downtime_s"] == 0
+    parts = figures["productive_s"] + sum(figures["badput"].values())
+    assert parts == pytest.approx(figures["wall_s"])
+
+
+@pytest.mark.slow
 def test_tail_shows_a_line_at_the_restart(
     resumed: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -294,3 +309,30 @@ def test_a_span_of_an_unknown_kind_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"'lunch'.*checkpoint_save, checkpoint_load, eval"):
         monitor.span("lunch")
     monitor.close()
+
+
+def test_a_step_during_a_stall_alert_counts_as_stall_beyond_the_usual_step(
+    tmp_path: Path,
+) -> None:
+    """A 1.2 s step among 50 ms steps, during which a stall rule (any name, alerts.jsonl from
+    the file sink) fired: about 1.15 s of it is stall_s, the rest of the steps productive."""
+    config = _config(
+        tmp_path,
+        alerts={
+            "rules": [{"name": "hang", "kind": "stall", "seconds": 0.4}],
+            "sinks": [{"type": "file"}],
+        },
+    )
+    began = time.time()
+    with trainmon.Monitor(config) as monitor:
+        for step in range(1, 11):
+            sleep = 1.2 if step == 6 else 0.05
+            started = time.time()
+            time.sleep(sleep)
+            monitor.step = step
+            monitor.log({"perf/step_time_ms": (time.time() - started) * 1e3})
+    ended = time.time()
+    result = measure(read_attempts(tmp_path / "job"))
+    assert 1.0 <= result.badput["stall_s"] <= 1.3, result.badput
+    assert 0.35 <= result.productive_s <= 0.8
+    assert result.wall_s <= ended - began + 0.1

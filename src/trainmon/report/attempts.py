@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainmon.alerts.model import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, read_journal
+from trainmon.report.loading import parse_alert_lines
 from trainmon.report.model import RunError
 
 #: The metric whose value is a step's data wait (the breakdown's data part).
@@ -154,8 +156,28 @@ def read_attempts(path: str | os.PathLike[str]) -> list[Attempt]:
         _note(current, record, seen)
     for attempt in attempts:
         attempt.steps.sort(key=lambda s: s.step)
+    _add_stalls(attempts, journal_file(path).parent / ALERTS_FILE)
     _mark_redone(attempts)
     return attempts
+
+
+def _add_stalls(attempts: list[Attempt], alerts: Path) -> None:
+    """Firing times of ``stall`` alerts from ``alerts.jsonl`` (the file sink), each given to
+    the attempt it fell in (rules of any name; ``alerts/<name>`` edges need "stall" in it)."""
+    try:
+        with open(alerts, "rb") as f:
+            found = parse_alert_lines(f)
+    except OSError:
+        return
+    for alert in found:
+        t = alert.get("time")
+        if alert.get("kind") != "stall" or alert.get("state") != "firing":
+            continue
+        if not isinstance(t, int | float):
+            continue
+        for attempt in attempts:
+            if attempt.start <= t <= attempt.finish and float(t) not in attempt.stall_times:
+                attempt.stall_times.append(float(t))
 
 
 def restarts_of(attempts: Sequence[Attempt]) -> list[Restart]:
