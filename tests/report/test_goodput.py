@@ -336,3 +336,12 @@ def test_a_step_during_a_stall_alert_counts_as_stall_beyond_the_usual_step(
     assert 1.0 <= result.badput["stall_s"] <= 1.3, result.badput
     assert 0.35 <= result.productive_s <= 0.8
     assert result.wall_s <= ended - began + 0.1
+
+
+def test_goodput_of_a_folder_without_a_journal_names_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder with no journal (a TensorBoard-only run) exits 1 with one line naming it."""
+    assert main(["goodput", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"trainmon goodput: {tmp_path}: no trainmon journal (metrics.jsonl) there\n"
