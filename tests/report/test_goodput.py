@@ -345,3 +345,30 @@ def test_goodput_of_a_folder_without_a_journal_names_what_is_missing(
     assert main(["goodput", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err == f"trainmon goodput: {tmp_path}: no trainmon journal (metrics.jsonl) there\n"
+
+
+def test_three_attempts_each_step_kept_once_and_each_restart_described(tmp_path: Path) -> None:
+    """Attempts logging steps 1-6, then 5-8 (resumed from 4), then 7-10 (resumed from 6):
+    steps 5-6 of the first and 7-8 of the second are redone, each restart names its own
+    replaced steps, and summary's loader counts steps 1-10 once."""
+    for first, last, resume_from in ((1, 6, None), (5, 8, 4), (7, 10, 6)):
+        with trainmon.Monitor(_config(tmp_path)) as monitor:
+            if resume_from is not None:
+                monitor.load_state_dict(
+                    {"format": "trainmon.monitor_state", "version": 1, "step": resume_from}
+                )
+            for step in range(first, last + 1):
+                monitor.log({"train/loss": float(step), "perf/step_time_ms": 5.0}, step=step)
+                time.sleep(0.005)
+    attempts = read_attempts(tmp_path / "job")
+    assert [[s.step for s in a.redone] for a in attempts] == [[5, 6], [7, 8], []]
+    assert [r.describe() for r in restarts_of(attempts)] == [
+        "resumed from step 4 · steps 5–6 of the previous attempt replaced",
+        "resumed from step 6 · steps 7–8 of the previous attempt replaced",
+    ]
+    run = load_run(tmp_path / "job")
+    assert run.step_count == 10
+    loss = run.series["train/loss"]
+    assert list(loss.steps) == list(range(1, 11))
+    result = measure(attempts)
+    assert (result.restarts, result.redone_steps) == (2, 4)
