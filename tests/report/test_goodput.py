@@ -372,3 +372,30 @@ def test_three_attempts_each_step_kept_once_and_each_restart_described(tmp_path:
     assert list(loss.steps) == list(range(1, 11))
     result = measure(attempts)
     assert (result.restarts, result.redone_steps) == (2, 4)
+
+
+def test_the_data_part_of_kept_steps_is_data_wait(tmp_path: Path) -> None:
+    """Steps that sleep 60 ms fetching data and 40 ms computing, logging the fetch as
+    ``perf/data_ms`` as the breakdown does: data_wait_s is the fetches' time the test
+    measured, productive the rest of the steps."""
+    fetched = computed = 0.0
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        previous = time.perf_counter()
+        for step in range(1, 11):
+            time.sleep(0.06)
+            data_end = time.perf_counter()
+            time.sleep(0.04)
+            end = time.perf_counter()
+            fetched += data_end - previous
+            computed += end - data_end
+            monitor.step = step
+            monitor.log(
+                {
+                    "perf/step_time_ms": (end - previous) * 1e3,
+                    "perf/data_ms": (data_end - previous) * 1e3,
+                }
+            )
+            previous = end
+    result = measure(read_attempts(tmp_path / "job"))
+    assert result.badput["data_wait_s"] == pytest.approx(fetched, rel=0.1)
+    assert result.productive_s == pytest.approx(computed, rel=0.25, abs=0.05)
