@@ -399,3 +399,16 @@ def test_the_data_part_of_kept_steps_is_data_wait(tmp_path: Path) -> None:
     result = measure(read_attempts(tmp_path / "job"))
     assert result.badput["data_wait_s"] == pytest.approx(fetched, rel=0.1)
     assert result.productive_s == pytest.approx(computed, rel=0.25, abs=0.05)
+
+
+def test_goodput_of_a_damaged_journal_names_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line in the middle of the journal that is not JSON: exit 1, naming file and line."""
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        monitor.log({"train/loss": 1.0}, step=1)
+    journal = tmp_path / "job" / "metrics.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    assert main(["goodput", str(tmp_path / "job")]) == 1
+    assert f"{journal}:2: not a JSON object" in capsys.readouterr().err

@@ -78,13 +78,16 @@ class Attempt:
 
     @property
     def kept(self) -> list[StepMark]:
+        """The steps of this attempt that no later attempt redid."""
         return [s for s in self.steps if s.step < self.redone_from]
 
     @property
     def redone(self) -> list[StepMark]:
+        """The steps a later attempt redid: this attempt's time on them was lost."""
         return [s for s in self.steps if s.step >= self.redone_from]
 
     def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: what ``goodput --json`` lists per attempt (its split added there)."""
         steps = [s.step for s in self.steps]
         redone = [s.step for s in self.redone]
         return {
@@ -139,21 +142,21 @@ def read_attempts(path: str | os.PathLike[str]) -> list[Attempt]:
     attempts: list[Attempt] = []
     current: Attempt | None = None
     seen: dict[int, StepMark] = {}
-    for record in read_journal(journal_file(path), keep_orphaned=True):
-        kind = record.get("kind")
-        if kind == "meta":
-            current = Attempt(
-                index=len(attempts) + 1,
-                id=str(record.get("attempt") or f"pid{record.get('pid')}"),
-                start=_number(record.get("time")),
-                last_seen=_number(record.get("time")),
-            )
-            attempts.append(current)
-            seen = {}
-            continue
-        if current is None:
-            continue  # lines before any meta (a file not written by trainmon's writer)
-        _note(current, record, seen)
+    try:
+        for record in read_journal(journal_file(path), keep_orphaned=True):
+            if record.get("kind") == "meta":
+                current = Attempt(
+                    index=len(attempts) + 1,
+                    id=str(record.get("attempt") or f"pid{record.get('pid')}"),
+                    start=_number(record.get("time")),
+                    last_seen=_number(record.get("time")),
+                )
+                attempts.append(current)
+                seen = {}
+            elif current is not None:  # (lines before any meta: not trainmon's writer)
+                _note(current, record, seen)
+    except ValueError as exc:  # a damaged line in the middle: read_journal names it
+        raise RunError(str(exc)) from exc
     for attempt in attempts:
         attempt.steps.sort(key=lambda s: s.step)
     _add_stalls(attempts, journal_file(path).parent / ALERTS_FILE)

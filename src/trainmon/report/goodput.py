@@ -57,14 +57,17 @@ class Goodput:
 
     @property
     def goodput(self) -> float | None:
+        """``productive_s / wall_s`` (None for a zero wall time)."""
         return self.productive_s / self.wall_s if self.wall_s > 0 else None
 
     @property
     def restarts(self) -> int:
+        """The number of attempts − 1."""
         return max(0, len(self.attempts) - 1)
 
     @property
     def redone_steps(self) -> int:
+        """Steps run more than once: each earlier run of them counted."""
         return sum(len(a.redone) for a in self.attempts)
 
     def as_dict(self) -> dict[str, Any]:
