@@ -4,9 +4,10 @@ Usage: goodput_worker.py OUTDIR RUN TOTAL_STEPS SAVE_AT HANG_AT STARTUP_S STEP_S
 RUN 1 starts fresh, a later RUN resumes from OUTDIR/ckpt. After the Monitor exists it sleeps
 STARTUP_S (start-up), then each step sleeps STEP_S between forward and backward. It saves a
 checkpoint after step SAVE_AT (0: never); after step HANG_AT (0: never) it prints ``HANGING``
-and sleeps, waiting for the test's ``kill -9``. It prints ``MONITOR <unix s>`` once the engine
-(and its Monitor) exists, ``SAVE <seconds>`` / ``LOAD <seconds>`` as it measured them, and
-``CLOSED <unix s>`` at the end, for the test to check goodput against.
+and sleeps, waiting for the test's ``kill -9``. It prints ``BEFORE <unix s>`` before it creates
+the engine (and its Monitor), ``MONITOR <unix s>`` once it exists, ``SAVE <seconds>`` and
+``LOAD <seconds>`` as it measured them, and ``CLOSED <unix s>`` at the end, for the test to
+check goodput against.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
         "trainmon": {"flush_interval_s": 0.2},
     }
     model = torch.nn.Linear(8, 1)
+    print(f"BEFORE {time.time()}", flush=True)
     engine, _, _, _ = trainmon.initialize(
         model=model, model_parameters=model.parameters(), config=config
     )

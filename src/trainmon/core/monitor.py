@@ -315,7 +315,7 @@ class Monitor:
             raise ValueError(f"Monitor.span({kind!r}): expected one of {', '.join(SPAN_KINDS)}")
         if self._unusable is None:
             span = Span(kind, self._step, float(start_time), max(float(end_time), start_time))
-            self._pipeline.put_extra(PendingMark(span))
+            self._pipeline.put_mark(PendingMark(span))
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
@@ -637,7 +637,7 @@ class Monitor:
             self._unusable = "closed"
             # how this attempt ended, for `trainmon goodput` (a killed process leaves none)
             end = AttemptEnd(time.time(), self._step, status, self._stop_reason)
-            self._pipeline.put_extra(PendingMark(end))
+            self._pipeline.put_mark(PendingMark(end))
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
         lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:
