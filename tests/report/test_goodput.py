@@ -419,3 +419,20 @@ def test_goodput_of_a_damaged_journal_names_the_line(
     journal.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
     assert main(["goodput", str(tmp_path / "job")]) == 1
     assert f"{journal}:2: not a JSON object" in capsys.readouterr().err
+
+
+def test_overlapping_spans_are_counted_once(tmp_path: Path) -> None:
+    """An evaluation span and a save span that overlap by 0.1 s: the shared time is counted
+    once (for the one that began first), so the parts still add up to the wall time."""
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        for step in range(1, 4):
+            time.sleep(0.05)
+            monitor.log({"perf/step_time_ms": 50.0}, step=step)
+        t = time.time()
+        time.sleep(0.3)
+        monitor.record_span("eval", t, t + 0.2)
+        monitor.record_span("checkpoint_save", t + 0.1, t + 0.3)
+    result = measure(read_attempts(tmp_path / "job"))
+    assert result.badput["eval_s"] == pytest.approx(0.2, abs=0.01)
+    assert result.badput["checkpoint_save_s"] == pytest.approx(0.1, abs=0.01)
+    assert result.productive_s + sum(result.badput.values()) == pytest.approx(result.wall_s)

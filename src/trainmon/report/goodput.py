@@ -113,7 +113,13 @@ def _split(attempt: Attempt) -> dict[str, float]:
     """One attempt's time from its start to its finish, by category (module doc)."""
     out = dict.fromkeys(("productive_s", *BADPUT), 0.0)
     start, finish = attempt.start, attempt.finish
-    spans = [(_SPAN_CATEGORY.get(kind, "other_s"), a, b) for kind, a, b in attempt.spans]
+    spans = []  # made disjoint: where two overlap, the earlier one keeps the shared time
+    reach = start
+    for kind, a, b in sorted(attempt.spans, key=lambda span: span[1]):
+        a, b = max(a, reach), min(b, finish)
+        if b > a:
+            spans.append((_SPAN_CATEGORY.get(kind, "other_s"), a, b))
+            reach = b
 
     def take(low: float, high: float) -> float:
         """Book the spans inside [low, high]; return what is left of it."""
