@@ -1,4 +1,4 @@
-"""The ``trainmon`` command: demo, summary, tail, report, compare, validate.
+"""The ``trainmon`` command: demo, summary, tail, report, compare, validate, sync.
 
 Exit status: 0 on success; 1 when the input cannot be used (no run at a path, a run with no
 values, problems found by ``validate``); 2 for a bad command line, an invalid config or a
@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and documentation)."""
-    from trainmon.cli import commands, tail, validate
+    from trainmon.cli import commands, sync, tail, validate
 
     parser = argparse.ArgumentParser(
         prog="trainmon",
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="treat warnings (a top-level key close to a known one) as errors",
     )
     check.set_defaults(handler=validate.validate)
+    sync.add_parser(commands_)
     return parser
 
 
