@@ -252,8 +252,12 @@ def _wandb_records(run_dir: Path) -> list[dict[str, Any]]:
 
     (wandb_file,) = run_dir.glob("run-*.wandb")
     done = subprocess.run(
-        [get_core_path(), "leet", "inspect", "--no-observability", "--json"]
-        + ["--run-file", str(wandb_file), str(run_dir.parent)],
+        [
+            get_core_path(),
+            *("leet", "inspect", "--no-observability", "--json", "--run-file"),
+            str(wandb_file),
+            str(run_dir.parent),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

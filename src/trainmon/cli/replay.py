@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.config import DEFAULT_JOB_NAME
-from trainmon.core.events import Extra, Histogram, HparamValue, Hparams, Number, StepScalars, Text
+from trainmon.core.events import Extra, Histogram, Hparams, HparamValue, Number, StepScalars, Text
 from trainmon.journal import read_journal
 from trainmon.report.loading import find_journal
 from trainmon.report.model import RunError

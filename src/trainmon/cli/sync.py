@@ -157,7 +157,7 @@ class _Target:
         """The part of a step the destination does not hold yet (all of it by default)."""
         return record
 
-    def done(self) -> None:  # noqa: B027 - optional hook
+    def done(self) -> None:
         """After the writer closed: move files into place, remove the superseded ones."""
 
 
