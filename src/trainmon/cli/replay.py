@@ -40,6 +40,8 @@ class Replay:
     steps: list[StepScalars] = field(default_factory=list)
     extras: list[Histogram | Text] = field(default_factory=list)
     hparams: Hparams | None = None
+    #: What the reader chose for the user (rank 0 of several), to be shown.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def value_count(self) -> int:
@@ -77,7 +79,7 @@ class Replay:
 def load_replay(path: str | Path) -> Replay:
     """The replay of the journal at ``path`` (a ``metrics.jsonl`` or the folder holding it);
     :class:`RunError` when there is none or it cannot be read."""
-    journal, _ = find_journal(Path(path))
+    journal, note = find_journal(Path(path))
     if journal is None:
         raise RunError(
             f"{path}: no trainmon journal (metrics.jsonl) here; sync replays a journal, so "
@@ -95,6 +97,8 @@ def load_replay(path: str | Path) -> Replay:
         run_id=_run_id(metas[0] if metas else None, journal),
         attempts=max(1, len(metas)),
     )
+    if note:
+        replay.notes.append(note)
     _keep(records, replay)
     return replay
 

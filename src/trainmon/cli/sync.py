@@ -72,6 +72,7 @@ def add_parser(commands: Any) -> None:
 def sync(args: argparse.Namespace) -> int:
     """Replay ``args.run`` into ``args.to``, with a progress bar and the rate at the end."""
     kind, where = _destination(args.to)
+    started = time.perf_counter()  # the rate covers reading the journal too
     replay = load_replay(args.run)
     parts = [f"{len(replay.steps):,} steps", f"{replay.value_count:,} values"]
     histograms = sum(1 for extra in replay.extras if isinstance(extra, Histogram))
@@ -83,7 +84,8 @@ def sync(args: argparse.Namespace) -> int:
         + ", ".join(parts),
         flush=True,
     )
-    started = time.perf_counter()
+    for note in replay.notes:
+        print(f"  note: {note}", file=sys.stderr)
     target = _TARGETS[kind](replay, where, args)
     try:
         _replay_into(target.writer, replay, target.keep)
