@@ -29,28 +29,42 @@ def _loss(step: int) -> float:
     return 100.0 + step if step >= 21 else 1.0 / step
 
 
-@pytest.fixture
-def run(tmp_path: Path) -> Path:
-    """A job folder written by two Monitors: a JSONL journal and the live TensorBoard files."""
+def _two_attempts(base: Path, *, checkpoint: bool) -> Path:
+    """A job folder written by two Monitors (a JSONL journal, and the live TensorBoard files
+    in ``base/tb``); with ``checkpoint`` the second resumes from the first's state at step
+    20 (the journal gets a ``resume`` record), else it simply restarts into the folder."""
     config = {
         "console": {"enabled": False},
-        "jsonl": {"enabled": True, "output_path": str(tmp_path / "runs"), "job_name": "job"},
-        "tensorboard": {"enabled": True, "output_path": str(tmp_path / "tb"), "job_name": "job"},
+        "jsonl": {"enabled": True, "output_path": str(base / "runs"), "job_name": "job"},
+        "tensorboard": {"enabled": True, "output_path": str(base / "tb"), "job_name": "job"},
     }
+    state = None
     with trainmon.Monitor(config) as monitor:
         monitor.log_hparams({"lr": 0.1, "optimizer": {"name": "adam"}})
         for step in FIRST:
-            monitor.log({"loss": 1.0 / step, "first_only": float(step)}, step=step)
+            monitor.step = step
+            monitor.log({"loss": 1.0 / step, "first_only": float(step)})
             if step % 10 == 0:
                 monitor.log_histogram("w", [1.0, 2.0, float(step)], step=step)
                 monitor.log_text("note", f"first {step}", step=step)
+            if step == 20:
+                state = monitor.state_dict()
     with trainmon.Monitor(config) as monitor:
+        if checkpoint:
+            assert state is not None
+            monitor.load_state_dict(state)
         for step in SECOND:
             monitor.log({"loss": 100.0 + step}, step=step)
             if step % 10 == 0:
                 monitor.log_histogram("w", [5.0, 6.0, 7.0, float(step)], step=step)
                 monitor.log_text("note", f"second {step}", step=step)
-    return tmp_path / "runs" / "job"
+    return base / "runs" / "job"
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """Two attempts in one job folder, the second restarted (no checkpoint) at step 21."""
+    return _two_attempts(tmp_path, checkpoint=False)
 
 
 def _sync(run: Path, *to: str, capsys: pytest.CaptureFixture[str], **options: str) -> str:
@@ -61,9 +75,14 @@ def _sync(run: Path, *to: str, capsys: pytest.CaptureFixture[str], **options: st
     return capsys.readouterr().out
 
 
-def test_replay_keeps_each_step_once_with_the_latest_attempts_values(run: Path) -> None:
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["restarted", "resumed"])
+def test_replay_keeps_each_step_once_with_the_latest_attempts_values(
+    tmp_path: Path, checkpoint: bool
+) -> None:
     """Steps 21-30, logged by both attempts, keep the second attempt's values (and what only
-    the first attempt logged there is dropped with them); the run id is stable."""
+    the first attempt logged there is dropped with them), whether the second attempt resumed
+    from a checkpoint or simply restarted into the folder; the run id is stable."""
+    run = _two_attempts(tmp_path, checkpoint=checkpoint)
     replay = load_replay(run)
     assert replay.attempts == 2 and replay.job == "job"
     assert [r.step for r in replay.steps] == list(range(1, 41))
