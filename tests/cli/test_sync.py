@@ -19,6 +19,7 @@ import trainmon
 import trainmon.extras
 from trainmon.cli import main
 from trainmon.cli.replay import load_replay
+from trainmon.journal import read_journal
 
 #: Steps 1-30 by the first attempt, 21-40 by the second (restarted into the same folder).
 FIRST, SECOND = range(1, 31), range(21, 41)
@@ -83,6 +84,8 @@ def test_replay_keeps_each_step_once_with_the_latest_attempts_values(
     the first attempt logged there is dropped with them), whether the second attempt resumed
     from a checkpoint or simply restarted into the folder; the run id is stable."""
     run = _two_attempts(tmp_path, checkpoint=checkpoint)
+    resumes = [r["step"] for r in read_journal(run / "metrics.jsonl") if r["kind"] == "resume"]
+    assert resumes == ([21] if checkpoint else [])
     replay = load_replay(run)
     assert replay.attempts == 2 and replay.job == "job"
     assert [r.step for r in replay.steps] == list(range(1, 41))
@@ -221,6 +224,16 @@ def test_mlflow_sync_fills_in_the_steps_a_live_run_missed(
     assert "10 values were there already" in out
     history = sorted((m.step, m.value) for m in client.get_metric_history(live, "loss"))
     assert history == [(s, pytest.approx(_loss(s))) for s in range(1, 41)]
+
+
+@needs_mlflow
+def test_an_unknown_mlflow_run_id_is_named(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--run-id`` naming no run in the store ends with exit status 1 and that id."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sync", str(run), "--to", "mlflow", uri, "--run-id", "abc123"]) == 1
+    assert f"--run-id abc123: no such MLflow run at {uri}" in capsys.readouterr().err
 
 
 def test_bad_destinations_are_named(

@@ -216,18 +216,28 @@ class _Mlflow(_Target):
     def __init__(self, replay: Replay, where: str | None, args: argparse.Namespace) -> None:
         super().__init__()
         from trainmon import extras
-        from trainmon.writers.mlflow import MlflowWriter, mlflow_key
+        from trainmon.writers.mlflow import MlflowWriter, check_reachable, mlflow_key
 
         extras.require("mlflow", "mlflow", "trainmon sync --to mlflow")
         from mlflow.tracking import MlflowClient
 
+        try:  # a server that does not answer: say so now, not after MLflow's retries
+            check_reachable(str(where))
+        except ConnectionError as exc:
+            raise RunError(str(exc)) from None
         self.mlflow_key = mlflow_key
         client = MlflowClient(tracking_uri=where)
         run_id = args.run_id or _tagged_run(client, args.experiment, replay.run_id)
         tags = {RUN_ID_TAG: replay.run_id}
         self.held: dict[str, set[int]] = {}
         if run_id is not None:
-            run = client.get_run(run_id)
+            try:
+                run = client.get_run(run_id)
+            except Exception as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise RunError(
+                    f"--run-id {run_id}: no such MLflow run at {where} ({first})"
+                ) from None
             self.held = {
                 key: {m.step for m in client.get_metric_history(run_id, key)}
                 for key in run.data.metrics
