@@ -6,7 +6,9 @@ to push what a run logged since):
 
 * ``tensorboard DIR`` writes ``DIR/<job>/``: a new set of event files that starts with
   TensorBoard's restart marker at step 0, so the files the live writer left there are
-  superseded; the files of an earlier sync (listed in ``.trainmon-sync.json``) are removed.
+  superseded (for the readers that honour the marker: TensorBoard's Python ones, not its
+  fast data server); the files of an earlier sync (listed in ``.trainmon-sync.json``) are
+  removed, whatever the reader.
 * ``csv DIR`` builds ``DIR/<job>/`` in a staging folder and moves each file over the old one.
 * ``mlflow URI`` finds the run it made before by its ``trainmon.journal_run_id`` tag (or
   takes ``--run-id``) and logs only the (metric, step) values that run does not hold yet.
