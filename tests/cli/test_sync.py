@@ -332,3 +332,30 @@ def test_sync_is_listed_in_the_cli_help() -> None:
         [sys.executable, "-m", "trainmon", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "sync" in done.stdout
+
+
+def test_a_long_replay_at_a_terminal_shows_a_progress_bar(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a terminal, a replay of at least PROGRESS_MIN_STEPS steps draws tqdm's bar on stderr
+    (here the threshold is lowered to the run's 40 steps); stdout keeps the two lines."""
+    import trainmon.cli.sync as sync_module
+
+    monkeypatch.setattr(sync_module, "PROGRESS_MIN_STEPS", 40)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["sync", str(run), "--to", "csv", str(tmp_path / "csv")]) == 0
+    captured = capsys.readouterr()
+    assert "/40 [" in captured.err and "step/s" in captured.err
+    assert len(captured.out.splitlines()) == 2
+
+
+def test_a_journal_cut_short_by_a_kill_syncs_its_whole_lines(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A last line cut short (the process was killed mid-write) is left out; every whole
+    line before it is synced."""
+    with open(run / "metrics.jsonl", "ab") as f:
+        f.write(b'{"v":1,"kind":"scalars","step":41,"time":1.0,"values":{"loss":')
+    out = _sync(run, "csv", str(tmp_path / "csv"), capsys=capsys)
+    assert "40 steps" in out
+    assert _csv_rows(tmp_path / "csv" / "job" / "loss.csv") == [(s, _loss(s)) for s in range(1, 41)]
