@@ -359,3 +359,28 @@ def test_a_journal_cut_short_by_a_kill_syncs_its_whole_lines(
     out = _sync(run, "csv", str(tmp_path / "csv"), capsys=capsys)
     assert "40 steps" in out
     assert _csv_rows(tmp_path / "csv" / "job" / "loss.csv") == [(s, _loss(s)) for s in range(1, 41)]
+
+
+def test_an_interrupted_sync_leaves_the_earlier_sync_as_it_was(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C part-way through a TensorBoard sync (exit status 130) removes the partial set;
+    the earlier sync's files and what TensorBoard shows of them are unchanged."""
+    from trainmon.cli.replay import Replay
+
+    _sync(run, "tensorboard", str(tmp_path / "tb"), capsys=capsys)
+    folder = tmp_path / "tb" / "job"
+    files = sorted(p.name for p in folder.iterdir())
+    batches = Replay.batches
+
+    def interrupted(self: Replay, size: int = 256) -> Iterator[Any]:
+        for number, batch in enumerate(batches(self, size=5)):
+            if number == 3:
+                raise KeyboardInterrupt
+            yield batch
+
+    monkeypatch.setattr(Replay, "batches", interrupted)
+    assert main(["sync", str(run), "--to", "tensorboard", str(tmp_path / "tb")]) == 130
+    assert sorted(p.name for p in folder.iterdir()) == files
+    loss = [(e.step, e.value) for e in _accumulator(folder).Scalars("loss")]
+    assert loss == [(s, pytest.approx(_loss(s), rel=1e-6)) for s in range(1, 41)]

@@ -19,6 +19,7 @@ to push what a run logged since):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -91,9 +92,14 @@ def sync(args: argparse.Namespace) -> int:
     target = _TARGETS[kind](replay, where, args)
     try:
         _replay_into(target.writer, replay, target.keep)
-        target.writer.finalize("success")
-    finally:
-        target.writer.close()
+    except BaseException:
+        with suppress(Exception):
+            target.writer.finalize("aborted")
+            target.writer.close()
+        target.abandon()
+        raise
+    target.writer.finalize("success")
+    target.writer.close()
     target.done()
     seconds = max(time.perf_counter() - started, 1e-9)
     sent = replay.value_count - target.skipped
@@ -164,6 +170,9 @@ class _Target:
     def done(self) -> None:
         """After the writer closed: move files into place, remove the superseded ones."""
 
+    def abandon(self) -> None:
+        """The replay failed part-way: remove what it wrote so far (where it can)."""
+
 
 class _TensorBoard(_Target):
     def __init__(self, replay: Replay, where: str | None, args: argparse.Namespace) -> None:
@@ -194,6 +203,11 @@ class _TensorBoard(_Target):
         manifest = {"run_id": self.run_id, "files": self.files}
         _atomic_write(self.folder / MANIFEST, orjson.dumps(manifest))
 
+    def abandon(self) -> None:
+        for name in self.files:  # the earlier sync's set stays, and shows again
+            with suppress(FileNotFoundError):
+                (self.folder / name).unlink()
+
 
 class _Csv(_Target):
     def __init__(self, replay: Replay, where: str | None, args: argparse.Namespace) -> None:
@@ -212,6 +226,9 @@ class _Csv(_Target):
         for path in sorted(self.staging.iterdir()):
             os.replace(path, self.folder / path.name)
         self.staging.rmdir()
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
 
 
 class _Mlflow(_Target):
@@ -246,16 +263,10 @@ class _Mlflow(_Target):
             }
             params = set(run.data.params)
             if replay.hparams is not None:  # MLflow params cannot change: send the new ones
-                replay.hparams = type(replay.hparams)(
-                    replay.hparams.wall_time,
-                    replay.hparams.step,
-                    {
-                        k: v
-                        for k, v in replay.hparams.hparams.items()
-                        if mlflow_key(k) not in params
-                    },
-                    replay.hparams.metrics,
-                )
+                new = {
+                    k: v for k, v in replay.hparams.hparams.items() if mlflow_key(k) not in params
+                }
+                replay.hparams = dataclasses.replace(replay.hparams, hparams=new)
             section = MlflowConfig(enabled=True, tracking_uri=where, run_id=run_id, tags=tags)
         else:
             section = MlflowConfig(
