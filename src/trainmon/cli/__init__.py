@@ -1,4 +1,4 @@
-"""The ``trainmon`` command: demo, summary, tail, report, compare, validate, sync.
+"""The ``trainmon`` command: demo, summary, tail, report, compare, goodput, validate, sync.
 
 Exit status: 0 on success; 1 when the input cannot be used (no run at a path, a run with no
 values, problems found by ``validate``); 2 for a bad command line, an invalid config or a
@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and documentation)."""
-    from trainmon.cli import commands, sync, tail, validate
+    from trainmon.cli import commands, goodput, sync, tail, validate
 
     parser = argparse.ArgumentParser(
         prog="trainmon",
@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the CRC checks of TensorBoard event files (faster; damage may read as data)",
     )
     compare.set_defaults(handler=commands.compare)
+
+    goodput_ = commands_.add_parser(
+        "goodput",
+        help="how much of a job's wall time, across its restarts, went into kept steps",
+    )
+    goodput_.add_argument("run", metavar="RUN", help="a job folder (metrics.jsonl) or the file")
+    goodput_.add_argument("--json", action="store_true", help="print the figures as JSON")
+    goodput_.set_defaults(handler=goodput.goodput)
 
     check = commands_.add_parser(
         "validate", help="check a DeepSpeed/trainmon config and print what it will monitor"

@@ -21,7 +21,7 @@ from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.aggregate import WindowAggregator, WindowStats
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import CrossRankReducer, release_default_group_references
-from trainmon.core.events import Hparams, StepScalars, Text
+from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, StepScalars, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
     MONITOR_STATE_VERSION,
@@ -34,8 +34,10 @@ from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_
 from trainmon.core.records import (
     DEFAULT_BINS,
     PendingHparams,
+    PendingMark,
     PendingProgress,
     PendingText,
+    SpanTimer,
     check_metrics,
     check_text,
     flatten_hparams,
@@ -299,6 +301,21 @@ class Monitor:
         if self.alerts is not None:
             self.alerts.explain_with_layers()
         return watcher
+
+    def span(self, kind: str) -> SpanTimer:
+        """``with monitor.span("checkpoint_save"):`` times a checkpoint save (or
+        ``"checkpoint_load"``, ``"eval"``) into the journal, where ``trainmon goodput`` counts
+        it as that kind of badput. trainmon's engine and ``attach`` time their checkpoints
+        themselves; use it around a save or evaluation of your own."""
+        return SpanTimer(self.record_span, kind)
+
+    def record_span(self, kind: str, start_time: float, end_time: float) -> None:
+        """Record a span timed elsewhere (wall times, ``time.time()``); see :meth:`span`."""
+        if kind not in SPAN_KINDS:
+            raise ValueError(f"Monitor.span({kind!r}): expected one of {', '.join(SPAN_KINDS)}")
+        if self._unusable is None:
+            span = Span(kind, self._step, float(start_time), max(float(end_time), start_time))
+            self._pipeline.put_mark(PendingMark(span))
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
@@ -618,6 +635,9 @@ class Monitor:
         self._closed = True
         if self._unusable is None:
             self._unusable = "closed"
+            # how this attempt ended, for `trainmon goodput` (a killed process leaves none)
+            end = AttemptEnd(time.time(), self._step, status, self._stop_reason)
+            self._pipeline.put_mark(PendingMark(end))
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
         lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:

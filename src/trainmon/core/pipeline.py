@@ -217,6 +217,12 @@ class Pipeline:
         """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
         self.put(pending, 1)
 
+    def put_mark(self, pending: Pending) -> None:
+        """Queue one of trainmon's own rare records (a span, the attempt's end) past the
+        bound: never dropped, and never counted as a user's event that was."""
+        self._enqueued += 1
+        self._queue.append(pending)
+
     def flush(
         self, timeout: float | None = None, *, then: Callable[[], None] | None = None
     ) -> bool:
