@@ -3,10 +3,10 @@ replays into a backend.
 
 A job folder may hold several attempts (a run restarted into the same folder, from a
 checkpoint or from scratch; each starts with a ``meta`` line). A step that a later attempt
-logged again counts once, with that attempt's values: every record of an attempt at or past
-the first step a *later* attempt logged is left out (the rule ``resume`` records already state
-for a resume from a checkpoint, applied to every restart). Within what is kept, several lines
-of one step merge, the last write of a name winning.
+did again counts once, with that attempt's values: each attempt's records at or past its
+``redone_from`` step (:mod:`trainmon.report.attempts`, the rule ``goodput`` counts lost work
+by) are left out. Within what is kept, several lines of one step merge, the last write of a
+name winning.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from trainmon.config import DEFAULT_JOB_NAME
 from trainmon.core.events import Extra, Histogram, Hparams, HparamValue, Number, StepScalars, Text
 from trainmon.journal import read_journal
+from trainmon.report.attempts import read_attempts
 from trainmon.report.loading import find_journal
 from trainmon.report.model import RunError
 
@@ -99,43 +100,32 @@ def load_replay(path: str | Path) -> Replay:
     )
     if note:
         replay.notes.append(note)
-    _keep(records, replay)
+    _keep(records, _cutoffs(journal, records), replay)
     return replay
 
 
 def _run_id(meta: Mapping[str, Any] | None, journal: Path) -> str:
-    """20 hex digits from what the first attempt wrote first (its job, host, pid and time)."""
+    """20 hex digits from what the first attempt wrote first (its job, host, pid, time and
+    attempt id)."""
     if meta is None:
         origin = str(journal.resolve())
     else:
-        origin = "|".join(str(meta.get(k)) for k in ("job", "host", "pid", "time", "rank"))
+        keys = ("job", "host", "pid", "time", "rank", "attempt")
+        origin = "|".join(str(meta.get(k)) for k in keys)
     return hashlib.sha1(origin.encode()).hexdigest()[:20]
 
 
-def _attempts(records: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The attempt number of each record (a ``meta`` line starts the next one)."""
-    numbers = []
-    attempt = -1
+def _cutoffs(journal: Path, records: Sequence[Mapping[str, Any]]) -> list[float]:
+    """For each record, the step from which its attempt's work was redone by a later one
+    (``inf`` when none was); records before the first ``meta`` line count as the first
+    attempt's."""
+    redone = [attempt.redone_from for attempt in read_attempts(journal)] or [math.inf]
+    cutoffs: list[float] = []
+    number = -1
     for record in records:
-        if record.get("kind") == "meta" or attempt < 0:
-            attempt += 1
-        numbers.append(attempt)
-    return numbers
-
-
-def _cutoffs(records: Sequence[Mapping[str, Any]], numbers: Sequence[int]) -> list[float]:
-    """For each attempt, the lowest step a later attempt logged (``inf`` when none did)."""
-    count = (numbers[-1] + 1) if numbers else 0
-    first: list[float] = [math.inf] * count
-    for record, number in zip(records, numbers, strict=True):
-        step = _step(record)
-        if step is not None and step < first[number]:
-            first[number] = step
-    cutoffs: list[float] = [math.inf] * count
-    lowest = math.inf
-    for number in range(count - 1, -1, -1):
-        cutoffs[number] = lowest
-        lowest = min(lowest, first[number])
+        if record.get("kind") == "meta":
+            number += 1
+        cutoffs.append(redone[min(max(number, 0), len(redone) - 1)])
     return cutoffs
 
 
@@ -146,9 +136,7 @@ def _step(record: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _keep(records: Sequence[dict[str, Any]], replay: Replay) -> None:
-    numbers = _attempts(records)
-    cutoffs = _cutoffs(records, numbers)
+def _keep(records: Sequence[dict[str, Any]], cutoffs: Sequence[float], replay: Replay) -> None:
     values: dict[int, dict[str, Number]] = {}
     times: dict[int, float] = {}
     extras: dict[tuple[str, str, int], Histogram | Text] = {}
@@ -156,7 +144,7 @@ def _keep(records: Sequence[dict[str, Any]], replay: Replay) -> None:
     metrics: dict[str, Number] = {}
     hparams_time: float | None = None
     hparams_step = 0
-    for record, number in zip(records, numbers, strict=True):
+    for record, cutoff in zip(records, cutoffs, strict=True):
         kind = record.get("kind")
         if kind == "hparams":
             hparams.update(_dict(record.get("hparams")))
@@ -165,7 +153,7 @@ def _keep(records: Sequence[dict[str, Any]], replay: Replay) -> None:
             hparams_step = _int(record.get("step"), hparams_step)
             continue
         step = _step(record)
-        if step is None or step >= cutoffs[number]:
+        if step is None or step >= cutoff:
             continue
         if kind == "scalars":
             step_values = values.get(step)
