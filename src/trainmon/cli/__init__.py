@@ -1,4 +1,5 @@
-"""The ``trainmon`` command: demo, summary, tail, report, compare, goodput, validate, hang.
+"""The ``trainmon`` command: demo, summary, tail, report, compare, goodput, validate, sync,
+hang.
 
 Exit status: 0 on success; 1 when the input cannot be used (no run at a path, a run with no
 values, problems found by ``validate``); 2 for a bad command line, an invalid config or a
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and documentation)."""
-    from trainmon.cli import commands, goodput, hang, tail, validate
+    from trainmon.cli import commands, goodput, hang, sync, tail, validate
 
     parser = argparse.ArgumentParser(
         prog="trainmon",
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="treat warnings (a top-level key close to a known one) as errors",
     )
     check.set_defaults(handler=validate.validate)
+    sync.add_parser(commands_)
     hang.add_parser(commands_)
     return parser
 
