@@ -44,6 +44,7 @@ def _config(base: Path, sampler: bool, profiler: bool, interval: float) -> dict[
 def per_sample(samples: int) -> dict[str, float]:
     sampler = SystemSampler(lambda items: None, 1.0)
     try:
+        sampler.prime()
         timings = harness.time_calls(sampler.sample, samples, warmup=5)
         names = len(timings.last)
     finally:

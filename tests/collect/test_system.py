@@ -209,6 +209,7 @@ def test_an_unsupported_gpu_field_is_left_out_alone(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     sampler = SystemSampler(lambda items: None, 1.0)
     try:
+        sampler.prime()
         first, second = dict(sampler.sample()), dict(sampler.sample())
     finally:
         sampler.close()
@@ -229,6 +230,7 @@ def test_gpu_fields_on_a_real_gpu() -> None:
     """On a machine with NVML, the GPU fields come from the device and are in their ranges."""
     sampler = SystemSampler(lambda items: None, 1.0)
     try:
+        sampler.prime()
         values = dict(sampler.sample())
     finally:
         sampler.close()

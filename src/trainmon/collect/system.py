@@ -134,9 +134,10 @@ class SystemSampler:
     """Samples ``sys/*`` on its own daemon thread and hands each sample to ``emit``.
 
     ``emit`` receives ``(name, value)`` pairs (the pipeline places them at the current step).
-    :meth:`sample` takes one sample on the calling thread (tests, benchmarks). Counters that
-    need a previous reading (CPU percentages, disk and network MiB) are primed when the
-    sampler is built, so the first sample covers the time since then.
+    Counters that need a previous reading (CPU percentages, disk and network MiB) are primed
+    by :meth:`prime`, which the sampler's thread runs first (NVML is opened there too), so
+    nothing but the thread's start runs on the thread that builds it. :meth:`sample` takes
+    one sample on the calling thread (tests, benchmarks: call :meth:`prime` first).
     """
 
     def __init__(
@@ -158,8 +159,8 @@ class SystemSampler:
         else:
             self._psutil = psutil
             self._process = psutil.Process()
-        self._gpus = _Gpus() if gpus else None
-        self.sample()  # primes the counters: the first real sample covers the time from here
+        self._want_gpus = gpus
+        self._gpus: _Gpus | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -180,7 +181,16 @@ class SystemSampler:
         if self._gpus is not None:
             self._gpus.close()
 
+    def prime(self) -> None:
+        """Open NVML and take a first reading of the counters, not emitted: psutil's first CPU
+        percentage means nothing, and MiB "since the previous sample" need one."""
+        self.sample()
+
     def _run(self) -> None:
+        try:
+            self.prime()
+        except Exception:
+            _log.warning("system metrics: could not take the first reading", exc_info=True)
         while not self._stop.wait(self.interval_s):
             try:
                 items = self.sample()
@@ -211,6 +221,8 @@ class SystemSampler:
                 psutil.net_io_counters,
                 (("sys/net_recv_mb", "bytes_recv"), ("sys/net_sent_mb", "bytes_sent")),
             )
+        if self._gpus is None and self._want_gpus:
+            self._gpus = _Gpus()
         if self._gpus is not None:
             self._gpus.read(out)
         return tuple(out)
@@ -251,7 +263,12 @@ class SystemSampler:
 
     def _leave_out(self, name: str, why: BaseException) -> None:
         self._missing.add(name)
-        _log.info("%s is left out: this machine does not provide it (%s)", name, why or type(why))
+        _log.info(
+            "%s is left out: this machine does not provide it (%s: %s)",
+            name,
+            type(why).__name__,
+            why,
+        )
 
 
 def start_sampler(emit: Callable[[Sample], None], interval_s: float) -> SystemSampler:
