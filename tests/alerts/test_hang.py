@@ -160,3 +160,22 @@ def test_two_ranks_hung_under_torchrun(tmp_path: Path) -> None:
         proc.communicate(timeout=30)
     after_kill = _hang(run)
     assert after_kill.returncode == 0 and after_kill.stdout.splitlines()[0] == expected
+
+
+def test_hang_command_prints_the_verdict_and_each_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainmon hang RUN`` prints the verdict first, then a block per rank; ``--json`` gives
+    the same verdict with every record, and ``--world-size`` names the ranks with none."""
+    write_record(tmp_path, _record(0, 7, collective=_inside("barrier", 9), world_size=2))
+    write_record(tmp_path, _record(1, 6, frames=[_frame("load", "/d/data.py", 5)], world_size=2))
+    assert cli_main(["hang", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "rank 0 waits in barrier #9; rank 1 is at step 6 in load (data.py:5)"
+    assert "  last collective: barrier #9 on world (inside for 0 s)" in lines
+    assert "    load (/d/data.py:5) [user]" in lines
+    assert cli_main(["hang", str(tmp_path), "--json", "--world-size", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["behind"] == [1] and out["missing"] == [2]
+    assert out["waiting"] == {"barrier #9": [0]}
+    assert out["ranks"]["1"]["step"] == 6
