@@ -30,10 +30,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-bash scripts/setup.sh "torch,tensorboard,wandb,mlflow,comet,deepspeed,transformers,lightning,accelerate,dev"
+bash scripts/setup.sh "torch,tensorboard,wandb,mlflow,comet,deepspeed,transformers,lightning,accelerate,docs,dev"
 # DeepSpeed on the CPU: its accelerator, and the small op it JIT-builds once (cached in the venv)
 export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions"
 .venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/mypy
+# the documentation site: a broken link, anchor or stale API reference fails the build
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 .venv/bin/python -m pytest "$@"

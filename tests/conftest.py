@@ -113,3 +113,15 @@ def torchrun(
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
+
+
+def load_docs_hooks() -> Any:
+    """The MkDocs hook module (scripts/docs_hooks.py) that renders the config reference page."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "docs_hooks.py"
+    spec = importlib.util.spec_from_file_location("docs_hooks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

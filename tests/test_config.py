@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import trainmon
+from conftest import load_docs_hooks
 from trainmon.config import TrainmonConfig, load_config, reference_rows
 
 DEEPSPEED_CONFIG = {
@@ -130,15 +131,15 @@ def test_numbers_accept_ints_where_floats_expected() -> None:
 
 
 def test_reference_rows_cover_every_section() -> None:
-    """The README reference table lists every key of every section with a description."""
+    """The config reference table lists every key of every section with a description."""
     keys = {row[0] for row in reference_rows()}
     assert {"steps_per_print", "tensorboard.output_path", "jsonl.job_name"} <= keys
     assert all(row[3] for row in reference_rows())
 
 
-def test_readme_table_matches_the_config() -> None:
-    """The README's config table is the one generated from the config dataclasses."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    table = readme.split("<!-- config-table:start -->\n")[1].split("<!-- config-table:end -->")[0]
+def test_config_page_table_matches_the_config() -> None:
+    """The docs' config page renders exactly the table generated from the config dataclasses."""
+    page = (Path(__file__).parent.parent / "docs" / "config.md").read_text()
+    table = load_docs_hooks().on_page_markdown(page, page=None)
     for key, kind, default, doc in reference_rows():
         assert f"| `{key}` | {kind} | `{default}` | {doc} |" in table

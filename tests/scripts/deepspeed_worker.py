@@ -75,7 +75,7 @@ def build(out: Path, stage: str, world: int, job: str) -> tuple[Any, trainmon.Mo
         model=net, model_parameters=net.parameters(), config=ds_config(out, stage, world)
     )
     extra: dict[str, Any] = {"jsonl": {"enabled": True, "output_path": str(out), "job_name": job}}
-    if job.startswith("resumed"):  # its own folders: see the README on purge markers
+    if job.startswith("resumed"):  # its own folders: see docs/deepspeed.md on purge markers
         extra["tensorboard"] = {"job_name": job}
         extra["csv_monitor"] = {"job_name": f"{job}-csv"}
     return engine, trainmon.attach(engine, extra)

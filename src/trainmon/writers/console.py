@@ -1,4 +1,4 @@
-"""Progress lines: one readable line per window (the README shows real ones).
+"""Progress lines: one readable line per window (the docs show real ones).
 
 Each known metric gets a short label and the statistic that reads best (means for times, the
 window's work over its time for rates, last for the learning rate and memory, max for peaks).

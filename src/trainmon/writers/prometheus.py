@@ -2,7 +2,7 @@
 
 The training side only updates a dict under a lock; a collector reads it when Prometheus
 scrapes, and pushes happen in :meth:`flush` on the background thread. Behaviour and labels are
-in the README ("Backend details").
+in the docs (docs/outputs.md).
 """
 
 from __future__ import annotations
