@@ -216,7 +216,7 @@ class TensorBoardWriter(Writer):
         get, add = self._prefixes.get, self._prefix
         try:
             return b"".join([(get(k) or add(k)) + _pack_f(v) for k, v in values.items()])
-        except OverflowError:  # rare: redo the step with the range-checking slow path
+        except (OverflowError, struct.error):  # rare (e.g. an int beyond int64): slow path
             return b"".join([(get(k) or add(k)) + _float32(v) for k, v in values.items()])
 
     def _prefix(self, name: str) -> bytes:
