@@ -3,6 +3,7 @@ reader (EventAccumulator, the hparams plugin's parsers) and ``read_journal``."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,8 @@ def test_writers_without_a_write_extras_hook_ignore_histograms(tmp_path: Path) -
 
 def test_a_users_writer_receives_the_extras_as_the_types_trainmon_exports() -> None:
     """A writer of the user's own with ``write_extras`` gets ``trainmon.Histogram``, ``Text``,
-    ``Hparams`` and ``Progress``, holding what the test logged (counted by the test)."""
+    ``Hparams``, ``Progress``, ``Span`` and ``AttemptEnd``, holding what the test logged
+    (counted by the test)."""
 
     class Collect:
         def __init__(self) -> None:
@@ -239,8 +241,18 @@ def test_a_users_writer_receives_the_extras_as_the_types_trainmon_exports() -> N
         monitor.log_histogram("weights", values, step=3, bins=2)
         monitor.log_text("note", "hello", step=3)
         monitor.log_hparams({"opt": {"lr": 0.1}}, metrics={"eval/acc": 0.9})
+        with monitor.span("eval"):
+            time.sleep(0.05)
     kinds = {type(e).__name__: e for e in mine.extras}
-    assert set(kinds) == {"Histogram", "Text", "Hparams", "Progress"}
+    assert set(kinds) == {"Histogram", "Text", "Hparams", "Progress", "Span", "AttemptEnd"}
+    span = kinds["Span"]
+    assert isinstance(span, trainmon.Span) and span.kind == "eval"
+    assert 0.05 <= span.end_time - span.start_time < 1.0
+    end = kinds["AttemptEnd"]
+    assert isinstance(end, trainmon.AttemptEnd) and (end.status, end.stop_reason) == (
+        "success",
+        None,
+    )
     histogram = kinds["Histogram"]
     assert isinstance(histogram, trainmon.Histogram)
     assert (histogram.name, histogram.step, histogram.num, histogram.non_finite) == (

@@ -48,6 +48,7 @@ THIRD_PARTY_PRIVATE = {
         "sys._getframe",
     ): "caller name for debug comms records, cheaper than inspect",
     ("alerts/watchdog.py", "sys._current_frames"): "stack dump of the stalled training thread",
+    ("alerts/hang.py", "sys._current_frames"): "the stalled training thread's innermost frames",
     (
         "alerts/sinks/webhook.py",
         "parts._replace",
@@ -240,6 +241,8 @@ LAYER_MAY_IMPORT = {
 LAYER_EXCEPTIONS = {
     ("core/monitor.py", "alerts.engine"): "the Monitor facade starts the alert system",
     ("core/monitor.py", "collect.timing"): "the Monitor facade hands out timers",
+    ("core/monitor.py", "collect.system"): "the Monitor facade starts the system-metrics sampler",
+    ("core/monitor.py", "collect.profiler"): "the Monitor facade listens for profile requests",
     ("core/monitor.py", "collect.layer_stats"): "Monitor.watch_layers (imported when called)",
     ("core/monitor.py", "writers"): "the Monitor facade builds the configured writers",
     ("core/callbacks.py", "alerts.model"): "the Alert a callback's on_alert receives",

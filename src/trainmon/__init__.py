@@ -9,7 +9,7 @@ from trainmon.collect.instrument import StepInstrument
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.core.callbacks import Callback
-from trainmon.core.events import Histogram, Hparams, Progress, StepScalars, Text
+from trainmon.core.events import AttemptEnd, Histogram, Hparams, Progress, Span, StepScalars, Text
 from trainmon.core.monitor import Monitor
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.integrations.deepspeed import attach
@@ -20,6 +20,7 @@ from trainmon.writers.base import NullWriter, Writer
 
 __all__ = [
     "Alert",
+    "AttemptEnd",
     "Callback",
     "ConfigError",
     "Histogram",
@@ -29,6 +30,7 @@ __all__ = [
     "Monitor",
     "NullWriter",
     "Progress",
+    "Span",
     "StepInstrument",
     "StepScalars",
     "Text",

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import re
+import signal as signals
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -384,6 +385,51 @@ class ThroughputConfig(Settings):
         default=None,
         gt=0,
     )
+
+
+@dataclass(frozen=True)
+class SystemMetricsConfig(Settings):
+    """``sys/*`` metrics (CPU, memory, disk, network, GPU) sampled by a thread of each process."""
+
+    KEY: ClassVar[str] = "system_metrics"
+
+    enabled: bool = setting("Sample system metrics in the background.", default=True)
+    interval_s: float = setting(
+        "Seconds between samples (each joins the stream at the current step).",
+        default=10.0,
+        ge=0.01,
+        le=86400,
+        unit="seconds",
+    )
+
+
+@dataclass(frozen=True)
+class ProfilerConfig(Settings):
+    """torch.profiler on demand: a signal or a file named ``profile`` in the run folder."""
+
+    KEY: ClassVar[str] = "profiler"
+
+    enabled: bool = setting("Listen for profile requests.", default=True)
+    steps: int = setting("Steps profiled per request.", default=5, ge=1, le=10_000)
+    signal: str | None = setting(
+        'Signal that requests a profile (kill -USR2 <pid>); null: only the "profile" file.',
+        default="SIGUSR2",
+        nonempty=True,
+    )
+
+    def check(self) -> None:
+        """The signal must be one this platform has, and not one that ends or stops a process."""
+        if self.signal is None:
+            return
+        if self.signal in ("SIGKILL", "SIGSTOP", "SIGINT", "SIGTERM") or not isinstance(
+            getattr(signals, self.signal, None), signals.Signals
+        ):
+            raise SettingError(
+                "signal",
+                "expected a signal name this platform has, such as 'SIGUSR2' or 'SIGUSR1' "
+                "(not SIGKILL, SIGSTOP, SIGINT or SIGTERM)",
+                self.signal,
+            )
 
 
 # ---- alerts -----------------------------------------------------------------------------------
@@ -878,6 +924,8 @@ class TrainmonConfig(Settings):
     trainmon: PipelineConfig = field(default_factory=PipelineConfig)
     comms_logger: CommsLoggerConfig = field(default_factory=CommsLoggerConfig)
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    system_metrics: SystemMetricsConfig = field(default_factory=SystemMetricsConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     writers: list[dict[str, Any]] | None = setting(
         'Writers of your own, each {"class": "package.module:Name", ...keyword arguments of '

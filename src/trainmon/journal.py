@@ -28,6 +28,21 @@ Schema version 1, one JSON object per line, append-only:
   | bool}, "metrics": {name: number}}`` — the run's hyper-parameters (flat ``a.b`` keys), part
   of the run's description like ``meta``; a later one adds to and overrides an earlier one.
 
+What ``trainmon goodput`` reads of each attempt (one process's run; restarts into the same
+folder append new attempts):
+
+* ``meta`` carries ``"attempt": str``, an id of this attempt; its ``time`` is the attempt's start
+  (the writer opens the file while the Monitor is created).
+* ``{"v": 1, "kind": "span", "what": "checkpoint_save" | "checkpoint_load" | "eval", "step":
+  int, "start_time": <unix s>, "end_time": <unix s>}`` — a checkpoint saved or loaded (timed
+  by the engine, ``attach`` and ``Monitor.span``), or an evaluation.
+* ``{"v": 1, "kind": "heartbeat", "time": <unix s>}`` — written at a flush when no other line
+  was for a second: with the lines of each step, the last sign of life of a process killed
+  with ``kill -9`` is known to within one flush interval (``trainmon.flush_interval_s``).
+* ``{"v": 1, "kind": "end", "time": <unix s>, "step": int, "status": "success" | "failed" |
+  "aborted", "stop_reason": str | null}`` — written by ``Monitor.close``; ``stop_reason`` names
+  the alert that stopped the run. A killed attempt has none.
+
 Readers must skip kinds they do not know; later versions only add kinds and keys.
 
 A run resumed from a checkpoint (see ``Monitor.load_state_dict``) writes, after its ``meta``
@@ -175,13 +190,16 @@ def orphaned(record: Mapping[str, Any], cutoff: float) -> bool:
     return isinstance(step, int) and step >= cutoff
 
 
-def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+def read_journal(
+    path: str | os.PathLike[str], *, keep_orphaned: bool = False
+) -> Iterator[dict[str, Any]]:
     """Yield each record of a journal, decoding non-finite values.
 
     A line cut short by a killed process (the last line, or one followed by the ``meta``
     record of a restart) is skipped; a bad line elsewhere raises ``ValueError`` naming the
     file and line number. Records orphaned by a later ``resume`` record (a run resumed from
-    a checkpoint) are left out, so each step comes from the run that logged it last.
+    a checkpoint) are left out, so each step comes from the run that logged it last, unless
+    ``keep_orphaned`` (for readers of the attempts themselves: the work a restart redid).
     """
     path = Path(path)
     if path.is_dir():
@@ -203,7 +221,7 @@ def read_journal(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             raise ValueError(f"{path}:{number + 1}: not a JSON object: {exc}") from exc
         if not isinstance(record, dict):
             raise ValueError(f"{path}:{number + 1}: expected a JSON object")
-        if cutoffs and orphaned(record, cutoffs.at(number)):
+        if cutoffs and not keep_orphaned and orphaned(record, cutoffs.at(number)):
             continue
         values = record.get("values")
         if isinstance(values, dict):

@@ -95,10 +95,11 @@ def test_fires_after_seconds_repeats_after_cooldown_and_resolves(tmp_path: Path)
     assert stack_file.parent == tmp_path and re.fullmatch(
         r"stacks-rank0-\d{8}-\d{6}\.txt", stack_file.name
     )
+    where = "test_fires_after_seconds_repeats_after_cooldown_and_resolves (test_watchdog.py:82)"
     assert firing.message == (
         f"no training step on rank 0 for 5 s (last step 3, limit 5 s); "
-        f"stacks of every thread in {stack_file}"
-    )
+        f"stacks of every thread in {stack_file}; verdict: rank 0 is at step 3 in {where}"
+    )  # the watchdog's "training thread" is the test's, stuck in its dog.check() at line 82
     assert firing.severity == "critical" and firing.kind == "stall"
     assert loop.sent[1].details["repeat"] == 1
     assert (
@@ -106,7 +107,8 @@ def test_fires_after_seconds_repeats_after_cooldown_and_resolves(tmp_path: Path)
         == "training steps resumed on rank 0 at step 4 after 65.5 s without one"
     )
     assert loop.metrics == [("alerts/hang", 1.0, 3), ("alerts/hang", 0.0, 4)]
-    assert list(tmp_path.iterdir()) == [stack_file]  # one stack file per stall
+    # one stack file per stall, and the rank's hang record
+    assert sorted(tmp_path.iterdir()) == sorted([stack_file, tmp_path / "hang-rank0.json"])
 
 
 def test_multiple_of_the_median_step_interval(tmp_path: Path) -> None:
@@ -278,4 +280,7 @@ def test_rank_that_does_not_write_dumps_stacks_and_logs_only(tmp_path: Path) -> 
     )
     assert logged is not None and logged.group(1) == str(stacks[0])
     assert "training steps resumed on rank 1" in result.stderr
-    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == [stacks[0].name]
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == [
+        "hang-rank1.json",  # its hang record, next to its stacks (no journal, no alert file)
+        stacks[0].name,
+    ]

@@ -270,7 +270,8 @@ def test_record_stats_false_only_times_for_comm_ms(
     monitor.close()
     assert isinstance(step_ms, float) and step_ms > 0
     assert comms.stats() == {}
-    assert all(record["kind"] == "meta" for record in read_journal(tmp_path / "job"))
+    kinds = {record["kind"] for record in read_journal(tmp_path / "job")}
+    assert kinds - {"heartbeat"} == {"meta", "end"}  # the attempt's records, no values
 
 
 def test_tensor_subclass_redispatch_is_recorded_once(one_rank: None, monitor: Monitor) -> None:

@@ -132,7 +132,8 @@ def test_close_refuses_an_unknown_status() -> None:
 
 
 def test_memory_writer_keeps_windows_extras_and_window_means(tmp_path: Path) -> None:
-    """``every="window"`` gets one record of means per window; windows and text are kept."""
+    """``every="window"`` gets one record of means per window; windows and text are kept, and
+    closing hands the writers the attempt's end."""
     memory = MemoryWriter("means", every="window")
     with trainmon.Monitor(_CONFIG, writers=[memory]) as monitor:
         for step in range(1, 9):
@@ -140,7 +141,7 @@ def test_memory_writer_keeps_windows_extras_and_window_means(tmp_path: Path) -> 
         monitor.log_text("notes", "hello", step=8)
     assert memory.values("train/loss") == [(4, 2.5), (8, 6.5)]
     assert [w.last_step for w in memory.windows] == [4, 8]
-    assert [type(extra).__name__ for extra in memory.extras] == ["Text"]
+    assert [type(extra).__name__ for extra in memory.extras] == ["Text", "AttemptEnd"]
     assert repr(memory) == "<MemoryWriter memory:means>"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import trainmon
 from conftest import free_port, printed_objects, torchrun
-from trainmon.core.cross_rank import summarise_ranks
+from trainmon.core.cross_rank import REDUCED_METRICS, summarise_ranks
 from trainmon.logging import configure_logging, log_dist, rank_file
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -174,7 +174,8 @@ def test_a_hung_rank_does_not_hang_the_others(tmp_path: Path) -> None:
 def test_summarise_ranks_skips_metrics_no_rank_has() -> None:
     """Metrics no rank has produce nothing; ranks without a metric are left out of its min/max."""
     nan = float("nan")
-    rows = [[10.0, 5.0] + [nan] * 15, [10.0, 15.0] + [nan] * 15]
+    width = len(REDUCED_METRICS) + 3  # last step, busy time, the metrics, elapsed time
+    rows = [[10.0, 5.0] + [nan] * (width - 2), [10.0, 15.0] + [nan] * (width - 2)]
     rows[0][2], rows[1][2] = 20.0, nan  # step time only on rank 0
     out = summarise_ranks(rows)
     assert out["perf/step_time_ms/max"] == 20.0 and out["perf/step_time_ms/argmax_rank"] == 0

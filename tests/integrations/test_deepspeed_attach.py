@@ -173,7 +173,8 @@ def test_deepspeed_breakdown_is_taken_over(one_process: tuple[Path, str]) -> Non
 
 def test_checkpoint_carries_trainmon_state(one_process: tuple[Path, str]) -> None:
     """DeepSpeed's save_checkpoint writes trainmon's state into the tag folder; after
-    load_checkpoint in a new engine, trainmon's step continues from the checkpoint."""
+    load_checkpoint in a new engine, trainmon's step continues from the checkpoint. Both are
+    timed into the journal as spans inside the calls' own wall time (most of it)."""
     out, _ = one_process
     tag = out / "ckpt" / "global_step4"
     state = json.loads((tag / "trainmon_state_rank0.json").read_text())
@@ -187,6 +188,14 @@ def test_checkpoint_carries_trainmon_state(one_process: tuple[Path, str]) -> Non
     assert sorted(steps) == [STEPS + 1, STEPS + 2]
     losses = seen["losses"][STEPS]
     assert steps[STEPS + 1]["train/loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-6)
+    for folder, what, wall in (
+        ("jsonl0", "checkpoint_save", seen["save_wall"]),
+        ("resumed0", "checkpoint_load", seen["load_wall"]),
+    ):
+        spans = [r for r in trainmon.read_journal(out / folder) if r["kind"] == "span"]
+        (span,) = [r for r in spans if r["what"] == what]
+        assert wall[0] <= span["start_time"] <= span["end_time"] <= wall[1]
+        assert span["end_time"] - span["start_time"] >= 0.5 * (wall[1] - wall[0])
 
 
 @pytest.mark.parametrize("stage", ["0", "2"])

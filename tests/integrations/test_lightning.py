@@ -19,6 +19,8 @@ pytest.importorskip("trainmon.integrations.lightning")
 sys.path.insert(0, str(SCRIPTS))
 import lightning_worker
 
+from trainmon.journal import read_journal
+
 
 def check_logged_like_lightning(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """What ``self.log`` logged (Lightning's CSVLogger rows) is in the journal and TensorBoard
@@ -64,6 +66,12 @@ def test_one_process_matches_lightning_and_times_steps(tmp_path: Path) -> None:
         assert values["train/loss"] == pytest.approx(values["train_loss"], rel=1e-6)
         assert values["train/grad_norm"] > 0
     assert statistics.median(journal[s]["perf/data_ms"] for s in steps) < sleep_ms * 2.5
+    # validation is timed into the journal as eval spans holding every validation batch
+    spans = [r for r in read_journal(tmp_path / "job") if r["kind"] == "span"]
+    assert {r["what"] for r in spans} == {"eval"}
+    assert {10, 20} <= {r["step"] for r in spans}
+    for t in record["validated_at"]:
+        assert any(r["start_time"] <= t <= r["end_time"] for r in spans), t
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ sys.path.insert(0, str(SCRIPTS))
 import hf_worker
 
 from trainmon.integrations.transformers import metric_name
+from trainmon.journal import read_journal
 
 
 def test_trainer_keys_get_trainmon_names() -> None:
@@ -79,6 +80,24 @@ def test_one_process_matches_log_history_and_times_steps(tmp_path: Path) -> None
     total_ms = sum(journal[s]["perf/data_ms"] for s in steps)
     assert total_ms <= sum(sleeps.values()) * sleep_ms * 2.0
     assert statistics.median(journal[s]["perf/forward_ms"] for s in steps) > 0
+    check_eval_and_save_spans(tmp_path, record)
+
+
+def check_eval_and_save_spans(out: Path, record: dict[str, Any]) -> None:
+    """The journal's ``eval`` spans (steps 10 and 20) each hold the evaluation's two collate
+    calls the worker timed, and the ``checkpoint_save`` span at step 20 holds the moment the
+    Trainer's checkpoint file was written (its mtime)."""
+    spans = [r for r in read_journal(out / "job") if r["kind"] == "span"]
+    evals = [s for s in spans if s["what"] == "eval"]
+    assert [s["step"] for s in evals] == [10, 20]
+    for span in evals:
+        inside = [t for t in record["collated_at"] if span["start_time"] <= t <= span["end_time"]]
+        assert len(inside) >= 2, span  # the eval set: 8 rows in micro batches of 4
+    (save,) = [s for s in spans if s["what"] == "checkpoint_save"]
+    assert save["step"] == hf_worker.STEPS
+    folder = out / "hf" / f"checkpoint-{hf_worker.STEPS}"
+    written = max(p.stat().st_mtime for p in folder.iterdir())
+    assert save["start_time"] - 0.01 <= written <= save["end_time"] + 0.01
 
 
 @pytest.mark.slow

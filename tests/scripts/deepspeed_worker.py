@@ -122,11 +122,15 @@ def main() -> None:
         engine.monitor.write_events([("Eval/loss", 0.25 + rank, samples)])
         truth["eval_samples"] = [samples]
         if stage == "0":
+            began = time.time()
             engine.save_checkpoint(str(out / "ckpt"))
+            truth["save_wall"] = [began, time.time()]
         detach(engine)
         if stage == "0":
             engine, monitor = build(out, stage, world, "resumed0")
+            began = time.time()
             engine.load_checkpoint(str(out / "ckpt"))
+            truth["load_wall"] = [began, time.time()]
             truth["resumed_at"] = [monitor.step]
             train(engine, 2, rank, stage, truth)
             detach(engine)

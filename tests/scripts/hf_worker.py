@@ -43,10 +43,12 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 
 COLLATES = [0]  # collate calls so far: the test's own count of data sleeps
+COLLATED_AT: list[float] = []  # the wall time of each collate call (evaluation's included)
 
 
 def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     COLLATES[0] += 1
+    COLLATED_AT.append(time.time())
     time.sleep(DATA_SLEEP_S)
     return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
@@ -107,7 +109,8 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         logging_steps=1,
         eval_strategy="steps",
         eval_steps=10,
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=STEPS,
         report_to=[],
         use_cpu=True,
         dataloader_num_workers=0,
@@ -117,6 +120,7 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
     callback = TrainmonCallback(config)
     sleeps = CountSleeps()
     COLLATES[0] = 0
+    COLLATED_AT.clear()
     trainer = Trainer(
         model=model,
         args=args,
@@ -133,6 +137,7 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         "global_step": trainer.state.global_step,
         "wall_s": wall_s,
         "sleeps": sleeps.sleeps,
+        "collated_at": list(COLLATED_AT),
     }
 
 

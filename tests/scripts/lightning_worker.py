@@ -24,6 +24,7 @@ CSVLogger: Any = __import__(PACKAGE + ".loggers", fromlist=["CSVLogger"]).CSVLog
 DATA_SLEEP_S = 0.01
 STEPS = 20
 BATCH = 8
+VALIDATED_AT: list[float] = []  # the wall time of each validation batch (sanity check included)
 
 
 class Net(pl.LightningModule):  # type: ignore[misc]
@@ -45,6 +46,7 @@ class Net(pl.LightningModule):  # type: ignore[misc]
         return loss
 
     def validation_step(self, batch: Any, idx: int) -> None:
+        VALIDATED_AT.append(time.time())
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
 
@@ -104,6 +106,7 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
     net = Net()
     if mode == "fail":
         net.fail_at = 5
+    VALIDATED_AT.clear()
     started = time.perf_counter()
     trainer.fit(net, loader(STEPS * BATCH * devices, 0), loader(2 * BATCH, 1))
     wall_s = time.perf_counter() - started
@@ -113,6 +116,7 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
         "wall_s": wall_s,
         "rank": trainer.global_rank,
         "hyperparams": logger.hyperparams,
+        "validated_at": list(VALIDATED_AT),
     }
 
 

@@ -329,6 +329,7 @@ class AlertSystem:
                 write_metric=_metric_writer(monitor) if self._evaluates else None,
                 job=self.job,
                 rank=self.rank,
+                world_size=monitor.place.world_size,
             )
             self.watchdog.start()
 

@@ -21,6 +21,12 @@ then with thread names and source lines. The ``stall`` alert names that file in 
 and in ``details["stack_file"]``; it is repeated after ``cooldown_s`` and ``resolved`` when
 steps resume. Ranks that write deliver the alert and the metric ``alerts/<name>``; the other
 ranks write the stack file and log one warning with its path.
+
+With the stacks, every rank writes ``hang-rank<r>.json`` (its last step, the last collective it
+entered and whether it left it, its training thread's innermost frames; see
+:mod:`trainmon.alerts.hang`). The rank that delivers the alert waits a few seconds for the other
+ranks' records and puts the merged one-line verdict in the alert's message and in
+``details["verdict"]``; ``trainmon hang RUN`` prints the same verdict with each rank's detail.
 """
 
 from __future__ import annotations
@@ -36,9 +42,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainmon.alerts.hang import HangVerdict, build_record, diagnose, read_records, write_record
 from trainmon.alerts.model import Alert
 from trainmon.alerts.rules import AlertTracker, Verdict
 from trainmon.config import AlertRuleConfig
+from trainmon.core.activity import COLLECTIVES, CollectiveActivity
 from trainmon.logging import get_logger
 
 __all__ = ["MIN_INTERVALS", "StallWatchdog", "dump_stacks", "stack_file_path"]
@@ -118,8 +126,10 @@ class StallWatchdog:
         write_metric: Callable[[str, float, int], None] | None = None,
         job: str = "",
         rank: int = 0,
+        world_size: int = 1,
         clock: Callable[[], float] = time.monotonic,
         poll_s: float | None = None,
+        collectives: CollectiveActivity = COLLECTIVES,
     ) -> None:
         self.rules = [
             _StallRule(rule, AlertTracker(rule, job=job, rank=rank, clock=clock)) for rule in rules
@@ -129,6 +139,13 @@ class StallWatchdog:
         self.delivers = delivers
         self.stack_file: Path | None = None
         """The stack file of the current stall (None while steps come)."""
+        self.world_size = world_size
+        self.job = job
+        self.verdict: HangVerdict | None = None
+        """The merged hang verdict of the current stall (ranks that deliver alerts only)."""
+        self._collectives = collectives
+        self._training_thread = threading.get_ident()  # built on the training thread
+        self._progress_wall = time.time()
         self._progress = progress
         self._send = send
         self._write_metric = write_metric
@@ -217,6 +234,7 @@ class StallWatchdog:
             stalled_for = now - self._progress_at if self._progress_at is not None else 0.0
             self._token = token
             self._progress_at = now
+            self._progress_wall = time.time()
             self._last_step = step
             self._resolve(step, stalled_for)
             return
@@ -232,6 +250,8 @@ class StallWatchdog:
         first = stall.tracker.active is None
         if self.stack_file is None:
             self.stack_file = self._dump(waited)
+            self._write_hang_record()
+            self.verdict = self._merge_verdict(limit) if self.delivers else None
         where = (
             f"stacks of every thread in {self.stack_file}"
             if self.stack_file
@@ -241,12 +261,16 @@ class StallWatchdog:
             f"no training step on rank {self.rank} for {_seconds(waited)} s "
             f"(last step {self._last_step}, limit {_seconds(limit)} s); {where}"
         )
+        if self.verdict is not None:
+            text += f"; verdict: {self.verdict.line}"
         details: dict[str, Any] = {
             "seconds_since_step": waited,
             "limit_s": limit,
             "last_step": self._last_step,
             "stack_file": str(self.stack_file) if self.stack_file else None,
         }
+        if self.verdict is not None:
+            details["verdict"] = self.verdict.line
         median = self.median_interval_s
         if median is not None:
             details["median_step_interval_s"] = median
@@ -263,6 +287,7 @@ class StallWatchdog:
 
     def _resolve(self, step: int, stalled_for: float) -> None:
         self.stack_file = None
+        self.verdict = None
         for stall in self.rules:
             if stall.tracker.active is None:
                 continue
@@ -284,6 +309,43 @@ class StallWatchdog:
         self._own_events += 1  # our own event is not training progress
         if self._write_metric is not None:
             self._write_metric(f"alerts/{rule.name}", value, step)
+
+    def _write_hang_record(self) -> None:
+        """This rank's ``hang-rank<r>.json`` (see :mod:`trainmon.alerts.hang`); never raises."""
+        try:
+            record = build_record(
+                rank=self.rank,
+                world_size=self.world_size,
+                step=self._last_step,
+                stalled_since=self._progress_wall,
+                collective=self._collectives.snapshot(),
+                training_thread=self._training_thread,
+                stack_file=self.stack_file,
+                job=self.job,
+            )
+            write_record(self.stack_dir, record)
+        except Exception as exc:
+            _log.warning("could not write the hang record in %s: %s", self.stack_dir, exc)
+
+    def _merge_verdict(self, limit: float) -> HangVerdict | None:
+        """The verdict over every rank's record of this stall: waits (on this thread) up to
+        ``limit`` seconds, within 2 .. 10, for the other ranks' watchdogs to write theirs."""
+        deadline = time.monotonic() + min(10.0, max(2.0, limit))
+        newer_than = self._progress_wall - 1.0
+        run = self.stack_dir  # per_rank_output: the ranks' folders sit under the job folder
+        if run.name == f"rank-{self.rank}":
+            run = run.parent
+        try:
+            while True:
+                records = read_records(run, newer_than=newer_than)
+                if len(records) >= self.world_size or time.monotonic() >= deadline:
+                    break
+                if self._stop.wait(0.1):
+                    break
+            return diagnose(records, self.world_size) if records else None
+        except Exception as exc:
+            _log.warning("could not merge the ranks' hang records: %s", exc)
+            return None
 
     def _dump(self, waited: float) -> Path | None:
         path = stack_file_path(self.stack_dir, self.rank)

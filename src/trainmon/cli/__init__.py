@@ -1,4 +1,5 @@
-"""The ``trainmon`` command: demo, summary, tail, report, compare, validate.
+"""The ``trainmon`` command: demo, summary, tail, report, compare, goodput, validate, sync,
+hang.
 
 Exit status: 0 on success; 1 when the input cannot be used (no run at a path, a run with no
 values, problems found by ``validate``); 2 for a bad command line, an invalid config or a
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and documentation)."""
-    from trainmon.cli import commands, tail, validate
+    from trainmon.cli import commands, goodput, hang, sync, tail, validate
 
     parser = argparse.ArgumentParser(
         prog="trainmon",
@@ -101,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(handler=commands.compare)
 
+    goodput_ = commands_.add_parser(
+        "goodput",
+        help="how much of a job's wall time, across its restarts, went into kept steps",
+    )
+    goodput_.add_argument("run", metavar="RUN", help="a job folder (metrics.jsonl) or the file")
+    goodput_.add_argument("--json", action="store_true", help="print the figures as JSON")
+    goodput_.set_defaults(handler=goodput.goodput)
+
     check = commands_.add_parser(
         "validate", help="check a DeepSpeed/trainmon config and print what it will monitor"
     )
@@ -111,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="treat warnings (a top-level key close to a known one) as errors",
     )
     check.set_defaults(handler=validate.validate)
+    sync.add_parser(commands_)
+    hang.add_parser(commands_)
     return parser
 
 

@@ -2,9 +2,10 @@
 
 Window lines are rebuilt from the journal's ``window`` records and formatted by the console
 writer's own :func:`~trainmon.writers.console.format_window`, so they read exactly like the
-training process's output. With ``-f`` the journal and ``alerts.jsonl`` are polled: a line is
-printed once it is complete, a file that shrinks or is replaced is read again from its start,
-and Ctrl-C ends with status 0.
+training process's output. A run resumed into the same folder gets a line at the restart
+(``── restart: resumed from step 20 · steps 21–30 of the previous attempt replaced``). With
+``-f`` the journal and ``alerts.jsonl`` are polled: a line is printed once it is complete, a
+file that shrinks or is replaced is read again from its start, and Ctrl-C ends with status 0.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ import orjson
 from trainmon.alerts.model import ALERTS_FILE
 from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.journal import JOURNAL_FILE, decode_value
+from trainmon.report.attempts import Restart
 from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError
 from trainmon.report.text import alert_line
@@ -126,12 +129,22 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
+_STEP = re.compile(rb'"step":(\d+)')
+_SHOWN_KINDS = (b'"window"', b'"meta"', b'"resume"', b'"end"')
+
+
 def _window_lines(lines: list[bytes], run: dict[str, Any]) -> list[tuple[float, str]]:
-    """Window lines as the console printed them; ``run`` keeps the last meta's world size."""
+    """Window lines as the console printed them, and a line at each restart; ``run`` keeps
+    the last meta's world size and what the restart line needs (the steps seen so far)."""
     out = []
     for line in lines:
-        if b'"window"' not in line and b'"meta"' not in line:
-            continue  # scalars lines: not shown (and not worth parsing)
+        if not any(kind in line for kind in _SHOWN_KINDS):
+            if b'"scalars"' in line:  # not shown; only its step is noted (cheaply)
+                found = _STEP.search(line)
+                if found:
+                    step = int(found.group(1))
+                    run.setdefault("steps", {})[step] = run.get("attempt", 1)
+            continue
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -141,12 +154,40 @@ def _window_lines(lines: list[bytes], run: dict[str, Any]) -> list[tuple[float, 
         if record.get("kind") == "meta":
             size = record.get("world_size")
             run["world_size"] = size if isinstance(size, int) else None
+            if "attempt" in run or run.get("steps"):  # a restart into the same folder
+                run["previous_ended"] = run.get("ended", "killed")
+                run["attempt"] = run.get("attempt", 1) + 1
+            else:
+                run["attempt"] = 1
+            run["ended"] = "killed"  # until its end record says otherwise
+        elif record.get("kind") == "end":
+            run["ended"] = "closed" if record.get("status") == "success" else "ended"
+        elif record.get("kind") == "resume" and isinstance(record.get("step"), int):
+            out.append(_restart_line(record, run))
         elif record.get("kind") == "window":
             window = window_from_record(record)
             if window is not None:
                 text = format_window(window, world_size=run.get("world_size"))
                 out.append((window.end_time, text))
     return out
+
+
+def _restart_line(record: dict[str, Any], run: dict[str, Any]) -> tuple[float, str]:
+    """``── restart · resumed from step 20 · steps 21–30 of the previous attempt replaced``."""
+    first = record["step"]
+    attempt = run.get("attempt", 1)
+    steps = run.get("steps", {})
+    replaced = [s for s, a in steps.items() if s >= first and a != attempt]
+    for s in replaced:
+        del steps[s]
+    restart = (
+        Restart(attempt, _number(record.get("time")), first - 1, (min(replaced), max(replaced)))
+        if replaced
+        else Restart(attempt, _number(record.get("time")), first - 1, None)
+    )
+    why = run.get("previous_ended")
+    after = f" (the previous attempt was {why})" if why else ""
+    return restart.time, f"── restart: {restart.describe()}{after}"
 
 
 def _alert_lines(lines: list[bytes]) -> list[tuple[float, str]]:

@@ -32,12 +32,16 @@ _SDKS = {
 }
 
 
+#: Sections with an ``enabled`` key that are not writers (described on lines of their own).
+_NOT_WRITERS = ("comms_logger", "system_metrics", "profiler")
+
+
 def _field_names_with_enabled(config: TrainmonConfig) -> list[str]:
     """Config sections that can be switched on (they have an ``enabled`` key)."""
     return [
         f.name
         for f in dataclasses.fields(config)
-        if hasattr(getattr(config, f.name), "enabled") and f.name != "comms_logger"
+        if hasattr(getattr(config, f.name), "enabled") and f.name not in _NOT_WRITERS
     ]
 
 
@@ -206,8 +210,26 @@ def describe(
             else (", ".join(config.comms_logger.prof_ops) or "no collective (prof_ops is empty)")
         )
         lines.append(f"comms        {ops}")
+    lines += _diagnostics(config)
     lines += _alerts(config, problems)
     return lines, problems
+
+
+def _diagnostics(config: TrainmonConfig) -> list[str]:
+    """The system-metrics sampler and the profile-on-demand trigger, one line each."""
+    system: Any = getattr(config, "system_metrics", None)
+    profiler: Any = getattr(config, "profiler", None)
+    lines = []
+    if system is not None:
+        every = f"sys/* every {system.interval_s:g} s (system_metrics)"
+        lines.append(f"system       {every if system.enabled else 'off (system_metrics)'}")
+    if profiler is not None:
+        trigger = (
+            f"kill -{profiler.signal.removeprefix('SIG')} <pid> or " if profiler.signal else ""
+        )
+        text = f"{profiler.steps} steps on {trigger}touch RUN/profile"
+        lines.append(f"profiler     {text if profiler.enabled else 'off'}")
+    return lines
 
 
 def _alerts(config: TrainmonConfig, problems: list[str]) -> list[str]:

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainmon.config import CommsLoggerConfig
+from trainmon.core.activity import COLLECTIVES
 from trainmon.core.cross_rank import MONITORING_CALL
 from trainmon.core.values import Deferred
 from trainmon.logging import get_logger
@@ -385,6 +386,7 @@ class CommsLogger:
         self._lock = threading.Lock()
         self._state = _CallState()
         self._group_sizes: dict[Any, int] = {}
+        self._group_labels: dict[Any, str] = {}  # for the hang diagnosis (core.activity)
         self._metric_names: dict[str, tuple[str, ...]] = {}
         self._record_errors = 0
         self._host_ms = 0.0
@@ -453,6 +455,7 @@ class CommsLogger:
                 )
         self._patched.clear()
         self._group_sizes.clear()
+        self._group_labels.clear()
 
     def _wrap(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         """A function that times ``original`` and appends one record: the hot path."""
@@ -464,6 +467,8 @@ class CommsLogger:
         state = self._state
         clock = time.perf_counter
         group_sizes = self._group_sizes
+        group_labels = self._group_labels
+        activity = COLLECTIVES
         want_caller = self._verbose and self.config.debug
         logger = self
 
@@ -483,6 +488,8 @@ class CommsLogger:
             async_op = args[async_pos] if 0 <= async_pos < nargs else kwargs.get("async_op")
             if getattr(first, "is_cuda", False):
                 return logger._call_on_device(op, original, args, kwargs, tensor, group, async_op)
+            label = group_labels.get(group)
+            activity.enter(op, logger._group_label(group) if label is None else label)
             state.busy = True
             try:
                 start = clock()
@@ -490,6 +497,7 @@ class CommsLogger:
                 latency: Any = (clock() - start) * 1e3
             finally:
                 state.busy = False
+                activity.leave()
             try:
                 if async_op and result is not None:
                     latency = logger._time_async_on_host(result, start, latency)
@@ -546,12 +554,15 @@ class CommsLogger:
         event: Any = torch.cuda.Event
         start, end = event(enable_timing=True), event(enable_timing=True)
         state = self._state
+        label = self._group_labels.get(group)
+        COLLECTIVES.enter(op, self._group_label(group) if label is None else label)
         state.busy = True
         try:
             start.record(stream)
             result = original(*args, **kwargs)
         finally:
             state.busy = False
+            COLLECTIVES.leave()
         try:
             timing = _DeviceTiming(start, end, device, recorded=False)
             if async_op and result is not None:
@@ -581,6 +592,24 @@ class CommsLogger:
         n = max(1, int(n))  # -1: this rank is not in the group
         self._group_sizes[group] = n
         return n
+
+    def _group_label(self, group: Any) -> str:
+        """``"world"`` or ``"ranks 0,2"``: how the hang diagnosis names a process group."""
+        import torch.distributed as dist
+
+        label = "world"
+        if group is not None and group is not getattr(dist.group, "WORLD", None):
+            try:
+                ranks = list(dist.get_process_group_ranks(group))
+                label = "ranks " + (
+                    ",".join(map(str, ranks))
+                    if len(ranks) <= 8
+                    else f"{ranks[0]},{ranks[1]}..{ranks[-1]} ({len(ranks)})"
+                )
+            except Exception:
+                label = f"group {getattr(group, 'group_name', id(group))}"
+        self._group_labels[group] = label
+        return label
 
     def _record_failed(self, op: str) -> None:
         self._record_errors += 1

@@ -47,6 +47,17 @@ REDUCED_METRICS: tuple[tuple[str, str], ...] = (
     ("mem/reserved_mb", "last"),
     ("mem/rss_mb", "last"),
     ("mem/peak_rss_mb", "max"),
+    # system metrics (trainmon.collect.system): gpu0 is each rank's own (first) GPU
+    ("sys/process_cpu_percent", "mean"),
+    ("sys/process_rss_mb", "last"),
+    ("sys/disk_read_mb", "mean"),
+    ("sys/disk_write_mb", "mean"),
+    ("sys/gpu0/util_percent", "mean"),
+    ("sys/gpu0/mem_used_mb", "last"),
+    ("sys/gpu0/power_w", "mean"),
+    ("sys/gpu0/temp_c", "max"),
+    ("sys/gpu0/sm_clock_mhz", "mean"),
+    ("sys/gpu0/throttle", "max"),
 )
 #: The job's throughput: every rank's work over the window's wall time (see :func:`job_rate`).
 JOB_TOTALS = (

@@ -79,5 +79,33 @@ class Progress:
     total_steps: int
 
 
+#: What a :class:`Span` times: the parts of an attempt that are neither training nor idle.
+SPAN_KINDS = ("checkpoint_save", "checkpoint_load", "eval")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A stretch of the run's wall time spent on something other than training steps (a
+    checkpoint saved or loaded, an evaluation), timed by trainmon: what ``trainmon goodput``
+    counts as that kind of badput. ``step`` is the step the monitor was at."""
+
+    kind: str
+    step: int
+    start_time: float
+    end_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """How this process's run (one attempt of the job) ended: ``status`` as the writers'
+    ``finalize`` gets it, ``stop_reason`` when an alert rule stopped it. A killed process
+    leaves none, which is how readers tell a kill."""
+
+    wall_time: float
+    step: int
+    status: str
+    stop_reason: str | None = None
+
+
 #: What :meth:`~trainmon.writers.base.Writer.write_extras` receives.
-Extra = Histogram | Text | Hparams | Progress
+Extra = Histogram | Text | Hparams | Progress | Span | AttemptEnd

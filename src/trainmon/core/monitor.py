@@ -12,16 +12,19 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from functools import partial
+from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.collect.profiler import ProfileOnDemand
+from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.aggregate import WindowAggregator, WindowStats
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import CrossRankReducer, release_default_group_references
-from trainmon.core.events import Hparams, StepScalars, Text
+from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, StepScalars, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
     MONITOR_STATE_VERSION,
@@ -34,8 +37,10 @@ from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_
 from trainmon.core.records import (
     DEFAULT_BINS,
     PendingHparams,
+    PendingMark,
     PendingProgress,
     PendingText,
+    SpanTimer,
     check_metrics,
     check_text,
     flatten_hparams,
@@ -56,7 +61,7 @@ from trainmon.core.values import (
 )
 from trainmon.errors import TrainingStopped
 from trainmon.logging import get_logger
-from trainmon.writers import build_writers
+from trainmon.writers import build_writers, run_identity
 from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.writers.custom import as_writer
 
@@ -110,6 +115,13 @@ class Monitor:
         )
         reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log, self.log_rank)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
+        system = self.config.system_metrics  # sys/* where someone reads them: writers or ranks
+        self._sampler: SystemSampler | None = (
+            start_sampler(self._pipeline.put_sampled, system.interval_s)
+            if system.enabled and (writers or reducer is not None)
+            else None
+        )
+        self._profiler = _on_demand_profiler(self)  # profiler.enabled: a signal or RUN/profile
         self._step = 0
         self._names: set[str] = set()
         self._warned_none: set[str] = set()
@@ -145,6 +157,9 @@ class Monitor:
             if not INT64_MIN <= value <= INT64_MAX:
                 raise ValueError(f"Monitor.step = {value}: outside -2**63 <= step < 2**63")
         self._step = value
+        profiler = self._profiler  # a step boundary: one flag read unless a profile was asked
+        if profiler is not None and profiler.armed:
+            profiler.at_step(value)
 
     def write_events(self, events: Iterable[Item]) -> None:
         """Record ``(name, value)`` or ``(name, value, step)`` tuples; returns at once.
@@ -300,6 +315,21 @@ class Monitor:
         if self.alerts is not None:
             self.alerts.explain_with_layers()
         return watcher
+
+    def span(self, kind: str) -> SpanTimer:
+        """``with monitor.span("checkpoint_save"):`` times a checkpoint save (or
+        ``"checkpoint_load"``, ``"eval"``) into the journal, where ``trainmon goodput`` counts
+        it as that kind of badput. trainmon's engine and ``attach`` time their checkpoints
+        themselves; use it around a save or evaluation of your own."""
+        return SpanTimer(self.record_span, kind)
+
+    def record_span(self, kind: str, start_time: float, end_time: float) -> None:
+        """Record a span timed elsewhere (wall times, ``time.time()``); see :meth:`span`."""
+        if kind not in SPAN_KINDS:
+            raise ValueError(f"Monitor.span({kind!r}): expected one of {', '.join(SPAN_KINDS)}")
+        if self._unusable is None:
+            span = Span(kind, self._step, float(start_time), max(float(end_time), start_time))
+            self._pipeline.put_mark(PendingMark(span))
 
     def timer(self, name: str) -> Timer:
         """A timer recording ``perf/<name>_ms``: ``with monitor.timer("data"):`` or a decorator."""
@@ -622,7 +652,14 @@ class Monitor:
         self._closed = True
         if self._unusable is None:
             self._unusable = "closed"
+            # how this attempt ended, for `trainmon goodput` (a killed process leaves none)
+            end = AttemptEnd(time.time(), self._step, status, self._stop_reason)
+            self._pipeline.put_mark(PendingMark(end))
         deadline = time.monotonic() + self.config.trainmon.close_timeout_s
+        if self._sampler is not None:
+            self._sampler.close()
+        if self._profiler is not None:
+            self._profiler.close()
         lost = self._pipeline.close(deadline, status)
         if self._reducer is not None:
             # after the final gather: a gloo group left to interpreter exit could abort it
@@ -662,6 +699,31 @@ class Monitor:
 def _tensor_names(items: Sequence[Item]) -> list[str]:
     """The names of the tensor values of fast-path items, in order (for error messages)."""
     return [item[0] for item in items if is_tensor(item[1])]
+
+
+def _on_demand_profiler(monitor: Monitor) -> ProfileOnDemand | None:
+    """The profile-on-demand watcher for ``config.profiler`` (None when disabled); it reads
+    the step through a weak reference, so it never keeps a dropped monitor alive."""
+    config = monitor.config.profiler
+    if not config.enabled:
+        return None
+    run_dir = run_identity(monitor.config, monitor.place).run_dir or Path.cwd()
+    if monitor.config.trainmon.per_rank_output:  # one request file for every rank
+        run_dir = run_dir.parent
+    ref = weakref.ref(monitor)
+
+    def current_step() -> int:
+        current = ref()
+        return current.step if current is not None else 0
+
+    return ProfileOnDemand(
+        config,
+        run_dir.absolute(),
+        rank=monitor.place.rank,
+        world_size=monitor.place.world_size,
+        leader=monitor.place.rank == monitor.log_rank,
+        current_step=current_step,
+    )
 
 
 def _cross_rank_reducer(

@@ -104,6 +104,18 @@ class _SideEvents:
         self.needs_resolving = needs_resolving
 
 
+class _Sampled:
+    """Control entry: values sampled off the training thread (``sys/*``), placed at the step
+    the stream has reached when the background thread comes to them (see
+    :meth:`Pipeline.put_sampled`)."""
+
+    __slots__ = ("items", "wall_time")
+
+    def __init__(self, wall_time: float, items: Sequence[tuple[str, Number]]) -> None:
+        self.wall_time = wall_time
+        self.items = items
+
+
 class _FlushRequest:
     """Control entry: the background thread runs its ``then`` at the flush point (an exception
     it raises is kept for the caller) and hands it the barrier to wait on."""
@@ -125,7 +137,7 @@ class _FlushRequest:
 #: What travels through the queue: a scalar :data:`Entry` (a plain tuple, the hot path) or a
 #: control entry, told apart by type: side events, an extra (histogram, text, hparams,
 #: progress) still to build, or a flush request.
-QueueEntry = Entry | _SideEvents | Pending | _FlushRequest
+QueueEntry = Entry | _SideEvents | _Sampled | Pending | _FlushRequest
 
 
 class Pipeline:
@@ -213,9 +225,25 @@ class Pipeline:
         """
         self.put(_SideEvents(wall_time, items, kinds, needs_resolving), len(items))
 
+    def put_sampled(self, items: Sequence[tuple[str, Number]]) -> None:
+        """Queue ``(name, number)`` pairs sampled by another thread (the system sampler).
+
+        They join the stream at the step it has reached (the last step the background thread
+        saw before them), so they are windowed and observed like the training loop's values.
+        They take no place in the bound and are not counted in :attr:`events_seen`: the stall
+        watchdog must not read a sample as training progress.
+        """
+        self._queue.append(_Sampled(time.time(), items))
+
     def put_extra(self, pending: Pending) -> None:
         """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
         self.put(pending, 1)
+
+    def put_mark(self, pending: Pending) -> None:
+        """Queue one of trainmon's own rare records (a span, the attempt's end) past the
+        bound: never dropped, and never counted as a user's event that was."""
+        self._enqueued += 1
+        self._queue.append(pending)
 
     def flush(
         self,
@@ -357,6 +385,8 @@ class Pipeline:
                 elif isinstance(entry, _SideEvents):
                     self._emit_side(entry)
                     self._consumed += len(entry.items)
+                elif isinstance(entry, _Sampled):  # at the step the stream has reached
+                    self._emit([(entry.wall_time, self._last_step, entry.items, False)])
                 else:
                     self._reach_flush_point(entry)
             self._emit(batch)

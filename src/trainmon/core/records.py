@@ -11,10 +11,22 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trainmon.core.events import Extra, Histogram, Hparams, HparamValue, Number, Progress, Text
+from trainmon.core.events import (
+    SPAN_KINDS,
+    AttemptEnd,
+    Extra,
+    Histogram,
+    Hparams,
+    HparamValue,
+    Number,
+    Progress,
+    Span,
+    Text,
+)
 from trainmon.core.values import is_tensor
 
 #: Buckets of a histogram unless the call says otherwise (TensorBoard's own default).
@@ -286,3 +298,36 @@ class PendingProgress(Pending):
 
     def build(self) -> Progress:
         return self.record
+
+
+class PendingMark(Pending):
+    """A span or an attempt's end: plain values, already the record."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Span | AttemptEnd) -> None:
+        self.record = record
+
+    def build(self) -> Span | AttemptEnd:
+        return self.record
+
+
+class SpanTimer:
+    """``with monitor.span(kind):`` — the wall time of the block, recorded when it ends
+    (also when it raises: a failed save took that time too)."""
+
+    __slots__ = ("_record", "kind", "start_time")
+
+    def __init__(self, record: Callable[[str, float, float], None], kind: str) -> None:
+        if kind not in SPAN_KINDS:
+            raise ValueError(f"Monitor.span({kind!r}): expected one of {', '.join(SPAN_KINDS)}")
+        self._record = record
+        self.kind = kind
+        self.start_time = 0.0
+
+    def __enter__(self) -> SpanTimer:
+        self.start_time = time.time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._record(self.kind, self.start_time, time.time())

@@ -487,26 +487,30 @@ class _DeepSpeedDriver:
         self, save_dir: str, tag: Any = None, client_state: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         """DeepSpeed's save, after draining trainmon (raises ``TrainingStopped`` if a stop rule
-        fired, on every rank); trainmon's state goes beside it in the tag folder."""
-        self.monitor.checkpoint_barrier(all_ranks=self._dist_on)
-        if tag is None:
-            tag = f"global_step{int(self.engine.global_steps)}"  # DeepSpeed's default tag
-        save_monitor_state(self.monitor, Path(save_dir) / str(tag))
-        client = {} if client_state is None else client_state
-        try:
-            return self._originals["save_checkpoint"](save_dir, tag, client, *args, **kwargs)
-        finally:
-            self.instrument.restart()  # the save is not part of the next step's time
+        fired, on every rank); trainmon's state goes beside it in the tag folder. Timed into
+        the journal (``trainmon goodput``'s checkpoint_save_s)."""
+        with self.monitor.span("checkpoint_save"):
+            self.monitor.checkpoint_barrier(all_ranks=self._dist_on)
+            if tag is None:
+                tag = f"global_step{int(self.engine.global_steps)}"  # DeepSpeed's default tag
+            save_monitor_state(self.monitor, Path(save_dir) / str(tag))
+            client = {} if client_state is None else client_state
+            try:
+                return self._originals["save_checkpoint"](save_dir, tag, client, *args, **kwargs)
+            finally:
+                self.instrument.restart()  # the save is not part of the next step's time
 
     def load_checkpoint(self, load_dir: str, *args: Any, **kwargs: Any) -> Any:
-        """DeepSpeed's load; then trainmon continues from the state saved beside it."""
-        result = self._originals["load_checkpoint"](load_dir, *args, **kwargs)
-        load_path = result[0] if isinstance(result, tuple) and result else None
-        if load_path is not None:
-            load_monitor_state(
-                self.monitor, Path(load_path).parent, step=int(self.engine.global_steps)
-            )
-            self.instrument.restart()
+        """DeepSpeed's load; then trainmon continues from the state saved beside it. Timed
+        into the journal (``trainmon goodput``'s checkpoint_load_s)."""
+        with self.monitor.span("checkpoint_load"):
+            result = self._originals["load_checkpoint"](load_dir, *args, **kwargs)
+            load_path = result[0] if isinstance(result, tuple) and result else None
+            if load_path is not None:
+                load_monitor_state(
+                    self.monitor, Path(load_path).parent, step=int(self.engine.global_steps)
+                )
+                self.instrument.restart()
         return result
 
     # ---- lifecycle --------------------------------------------------------------------------

@@ -571,15 +571,17 @@ class TrainmonEngine:
         """DeepSpeed's ``save_checkpoint`` (call it on every rank): model, optimizer,
         scheduler, grad scaler, counters, ``client_state`` and trainmon's state. Raises
         ``TrainingStopped`` instead of saving when a stop rule fired; see
-        :func:`trainmon.integrations.checkpoint.save_checkpoint`."""
-        return checkpoint.save_checkpoint(
-            self,
-            save_dir,
-            tag,
-            client_state,
-            save_latest=save_latest,
-            grad_scaler=self._scaler,
-        )
+        :func:`trainmon.integrations.checkpoint.save_checkpoint`. Timed into the journal
+        (``trainmon goodput``'s checkpoint_save_s)."""
+        with self.monitor.span("checkpoint_save"):
+            return checkpoint.save_checkpoint(
+                self,
+                save_dir,
+                tag,
+                client_state,
+                save_latest=save_latest,
+                grad_scaler=self._scaler,
+            )
 
     def load_checkpoint(
         self,
@@ -592,17 +594,19 @@ class TrainmonEngine:
     ) -> tuple[str | None, dict[str, Any] | None]:
         """DeepSpeed's ``load_checkpoint``: ``(load_path, client_state)``, ``(None, None)``
         without a ``latest`` file; the monitor resumes at the next step. See
-        :func:`trainmon.integrations.checkpoint.load_checkpoint`."""
-        return checkpoint.load_checkpoint(
-            self,
-            load_dir,
-            tag,
-            load_module_strict=load_module_strict,
-            load_optimizer_states=load_optimizer_states,
-            load_lr_scheduler_states=load_lr_scheduler_states,
-            load_module_only=load_module_only,
-            grad_scaler=self._scaler,
-        )
+        :func:`trainmon.integrations.checkpoint.load_checkpoint`. Timed into the journal
+        (``trainmon goodput``'s checkpoint_load_s)."""
+        with self.monitor.span("checkpoint_load"):
+            return checkpoint.load_checkpoint(
+                self,
+                load_dir,
+                tag,
+                load_module_strict=load_module_strict,
+                load_optimizer_states=load_optimizer_states,
+                load_lr_scheduler_states=load_lr_scheduler_states,
+                load_module_only=load_module_only,
+                grad_scaler=self._scaler,
+            )
 
     # ---- lifecycle ------------------------------------------------------------------------
 

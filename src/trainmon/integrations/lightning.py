@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
@@ -164,6 +165,7 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         self._last_step = -1
         self._params: list[Any] = []
         self._same_kind = True
+        self._validation_start: float | None = None
 
     @property
     def monitor(self) -> Monitor | None:
@@ -251,10 +253,19 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
                 trainer.should_stop = True
         inst.data_begin()
 
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """Validation begins: its span goes to the journal as ``eval`` at its end."""
+        self._validation_start = time.time()
+
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        """Validation is not a training step: the next step counts from here."""
-        if self._instrument is not None:
-            self._instrument.restart()
+        """Validation is not a training step: the next step counts from here. Its span goes
+        to the journal as ``eval`` (``trainmon goodput``'s eval_s)."""
+        inst = self._instrument
+        if inst is not None:
+            inst.restart()
+            if self._validation_start is not None:
+                inst.monitor.record_span("eval", self._validation_start, time.time())
+        self._validation_start = None
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
         """Checkpointing is not a training step either."""

@@ -7,6 +7,7 @@ transformers (``pip install "trainmon[transformers]"``); ``import trainmon`` doe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,6 +88,9 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
         self._instrument: StepInstrument | None = None
         self._hooks: list[Any] = []
         self._monitor: Monitor | None = None
+        # wall time of the last step end, evaluation or save: where the next evaluation or
+        # save began (the Trainer has no hook before them), for their journal spans
+        self._since: float | None = None
 
     @property
     def monitor(self) -> Monitor | None:
@@ -144,6 +148,7 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
         inst.optimizer_end()
         inst.step_end(state.global_step)
         inst.data_begin()
+        self._since = time.time()
         if inst.monitor.stop_reason is not None:
             control.should_training_stop = True
 
@@ -159,16 +164,26 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
             monitor.write_events(items)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Evaluation is not a training step: the next step's time counts from here."""
+        """Evaluation is not a training step: the next step's time counts from here. Its
+        span (from the step's end) goes to the journal as ``eval`` (``trainmon goodput``)."""
         if self._instrument is not None:
             self._instrument.restart()
+        self._span("eval")
         if self._monitor is not None and self._monitor.stop_reason is not None:
             control.should_training_stop = True
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Checkpointing is not a training step either."""
+        """Checkpointing is not a training step either; its span (from the step's end or the
+        evaluation before it) goes to the journal as ``checkpoint_save``."""
         if self._instrument is not None:
             self._instrument.restart()
+        self._span("checkpoint_save")
+
+    def _span(self, kind: str) -> None:
+        now = time.time()
+        if self._monitor is not None and self._since is not None:
+            self._monitor.record_span(kind, self._since, now)
+        self._since = now
 
 
 def _time_forwards(model: Any, inst: StepInstrument) -> list[Any]:

@@ -25,6 +25,7 @@ from trainmon.report.charts import PALETTE, alert_marks, plan_charts
 from trainmon.report.downsample import DEFAULT_BUCKETS
 from trainmon.report.extras import histograms_section, hparams_section, texts_section
 from trainmon.report.model import FAMILIES, Run, RunError
+from trainmon.report.restarts import goodput_section
 from trainmon.report.summary import RunSummary, key_rows, summarize
 from trainmon.report.text import duration, figure, number, percent
 from trainmon.version import __version__
@@ -94,6 +95,7 @@ def render_report(
         _nav(counts),
         "<main>",
         _overview(summaries),
+        goodput_section([s.run for s in summaries], [s.restarts for s in summaries]),
         _alerts(runs),
         hparams_section(runs),
         *(_family(f, [c for c in charts if c["family"] == f]) for f in FAMILIES if counts[f]),

@@ -31,6 +31,7 @@ from trainmon.report.model import (
     cross_rank_split,
     family,
 )
+from trainmon.report.restarts import RestartFigures, restart_figures, restart_rows
 
 _NAN = math.nan
 
@@ -171,6 +172,8 @@ class RunSummary:
     evals: list[Figure] = field(default_factory=list)
     """The last value of each ``eval/`` metric."""
     notes: list[str] = field(default_factory=list)
+    restarts: RestartFigures | None = None
+    """Restarts, redone work and goodput of a journal restarted into its folder."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN stays NaN: orjson writes it as null)."""
@@ -346,6 +349,7 @@ def summarize(run: Run) -> RunSummary:
         alerts=alert_figures(run.alerts),
         evals=evals,
         notes=list(run.notes),
+        restarts=restart_figures(run.source, run.path),
     )
 
 
@@ -461,6 +465,11 @@ def key_rows(summaries: Sequence[RunSummary]) -> list[KeyRow]:
     peaks = [s.peak_memory.value if s.peak_memory else None for s in summaries]
     add("peak memory", "MB", peaks, "lower")
     add("alerts fired", "", [float(s.alerts.fired) for s in summaries], "lower")
+    if any(s.restarts is not None for s in summaries):
+        for label, unit, values, better in restart_rows(
+            [(s.restarts, s.source) for s in summaries]
+        ):
+            add(label, unit, values, better)
     return rows
 
 

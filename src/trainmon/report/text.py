@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from trainmon.report.restarts import render_restarts
 from trainmon.report.summary import KeyRow, RunSummary
 from trainmon.writers.console import format_value
 
@@ -115,6 +116,8 @@ def render_summary(summary: RunSummary, max_metrics: int | None = None) -> str:
         out.append(f"  ... {len(s.metrics) - len(shown)} more (--all shows every metric)")
     out.append("")
     out += _key_figures(s)
+    if s.restarts is not None:
+        out += render_restarts(s.restarts)
     if s.notes:
         out.append("")
         out.append("notes")

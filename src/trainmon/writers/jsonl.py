@@ -8,20 +8,29 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainmon.core.aggregate import WindowStats
-from trainmon.core.events import Extra, Histogram, Hparams, StepScalars, Text
+from trainmon.core.events import AttemptEnd, Extra, Histogram, Hparams, Span, StepScalars, Text
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
 
+#: Seconds without a line after which a flush writes a ``heartbeat`` (an idle run's sign of life).
+HEARTBEAT_S = 1.0
+
 
 class JsonlWriter(Writer):
-    """One line per step, appended; readable while written, and after a crash."""
+    """One line per step, appended; readable while written, and after a crash.
+
+    Each process that opens the file starts an *attempt* (its ``meta`` line, with a fresh
+    ``attempt`` id); while nothing else is written, each flush adds a ``heartbeat`` line, so
+    the last sign of life of a killed process is known to within one flush interval.
+    """
 
     kind = "jsonl"
 
@@ -41,9 +50,11 @@ class JsonlWriter(Writer):
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "trainmon": __version__,
+            "attempt": uuid.uuid4().hex[:12],
         }
         self._file.write(encode_line(meta))
         self._file.flush()
+        self._last_line = time.monotonic()
 
     def write(self, records: Sequence[StepScalars]) -> None:
         out = self._file
@@ -60,10 +71,12 @@ class JsonlWriter(Writer):
                 ),
                 len(record.values),
             )
+        self._last_line = time.monotonic()
         if flush_due(out.buffered):
             out.flush()
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
+        self._last_line = time.monotonic()
         for window in windows:
             stats = {
                 name: encode_values(
@@ -86,13 +99,20 @@ class JsonlWriter(Writer):
             )
 
     def write_extras(self, records: Sequence[Extra]) -> None:
-        """``histogram``, ``text`` and ``hparams`` lines (see :mod:`trainmon.journal`)."""
+        """``histogram``, ``text``, ``hparams``, ``span`` and ``end`` lines (see
+        :mod:`trainmon.journal`)."""
+        self._last_line = time.monotonic()
         for record in records:
             line = extra_line(record)
             if line is not None:
                 self._file.write(encode_line(line))
 
     def flush(self) -> None:
+        now = time.monotonic()
+        if now - self._last_line >= HEARTBEAT_S:
+            self._last_line = now
+            heartbeat = {"v": SCHEMA_VERSION, "kind": "heartbeat", "time": time.time()}
+            self._file.write(encode_line(heartbeat))
         self._file.flush()
 
     @property
@@ -106,6 +126,7 @@ class JsonlWriter(Writer):
         """Write the journal's ``resume`` record: readers drop what earlier lines logged at
         ``step`` and later (see :mod:`trainmon.journal`)."""
         record = {"v": SCHEMA_VERSION, "kind": "resume", "step": step, "time": time.time()}
+        self._last_line = time.monotonic()
         self._file.write(encode_line(record))
         self._file.flush()
 
@@ -140,6 +161,24 @@ def extra_line(record: Extra) -> dict[str, object] | None:
             "step": record.step,
             "time": record.wall_time,
             "text": record.text,
+        }
+    if isinstance(record, Span):
+        return {
+            "v": SCHEMA_VERSION,
+            "kind": "span",
+            "what": record.kind,
+            "step": record.step,
+            "start_time": record.start_time,
+            "end_time": record.end_time,
+        }
+    if isinstance(record, AttemptEnd):
+        return {
+            "v": SCHEMA_VERSION,
+            "kind": "end",
+            "time": record.wall_time,
+            "step": record.step,
+            "status": record.status,
+            "stop_reason": record.stop_reason,
         }
     if isinstance(record, Hparams):
         return {

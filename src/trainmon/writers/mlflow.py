@@ -88,7 +88,7 @@ class MlflowWriter(Writer):
         extras.require("mlflow", "mlflow", "The MLflow writer")
         self._entities: Any = importlib.import_module("mlflow.entities")
         tracking: Any = importlib.import_module("mlflow.tracking")
-        _check_reachable(section.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
+        check_reachable(section.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
         self._client = tracking.MlflowClient(tracking_uri=section.tracking_uri)
         # MLflow >= 2.8 may log asynchronously (MLFLOW_ENABLE_ASYNC_LOGGING): flush must not
         self._sync: dict[str, bool] = (
@@ -266,7 +266,7 @@ class MlflowWriter(Writer):
         del pending[:sent]
 
 
-def _check_reachable(uri: str, timeout_s: float = START_TIMEOUT_S) -> None:
+def check_reachable(uri: str, timeout_s: float = START_TIMEOUT_S) -> None:
     """Fail fast, with the address, when an HTTP tracking server does not answer at all.
 
     MLflow's own client would retry with back-off for minutes before giving up; any HTTP

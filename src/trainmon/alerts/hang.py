@@ -1,0 +1,293 @@
+"""Hang records: what each rank was doing when it stopped stepping, and the merged verdict.
+
+When a ``stall`` rule fires, the watchdog of **every** rank writes ``hang-rank<r>.json`` to the
+run folder (shared by the ranks; each rank's own ``rank-<r>`` folder with ``per_rank_output``):
+its last step, the last collective it entered and whether it left it (from
+:mod:`trainmon.core.activity`), and the innermost frames of its training thread, next to the
+full ``stacks-rank<r>-*.txt``. :func:`diagnose` merges the records of all ranks into one
+verdict — which ranks wait in which collective, which rank is behind and where it is:
+
+    ranks 0, 2, 3 wait in all_reduce #1043; rank 1 is at step 41 in slow_data_loader (data.py:88)
+
+``trainmon hang RUN`` prints it (while the job is still hung, or after it was killed), and
+the stall alert of the writing rank carries it in its message.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "HANG_FILE_GLOB",
+    "HangVerdict",
+    "diagnose",
+    "hang_file",
+    "read_records",
+    "thread_frames",
+    "write_record",
+]
+
+HANG_FILE_GLOB = "hang-rank*.json"
+RECORD_VERSION = 1
+_KEPT_FRAMES = 12
+#: torch.distributed functions that mean "waiting for the other ranks" when a stack is in one
+#: (a rank without trainmon's comms instrumentation still shows where it waits).
+_COLLECTIVE_FUNCTIONS = frozenset(
+    {
+        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+        "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
+        "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter",
+        "send", "recv", "barrier", "monitored_barrier", "wait",
+    }
+)  # fmt: skip
+_TRAINMON_DIR = str(Path(__file__).resolve().parents[1])
+_STDLIB_DIRS = tuple({str(Path(p).resolve()) for p in (sysconfig.get_paths()["stdlib"],) if p})
+
+
+def hang_file(folder: Path, rank: int) -> Path:
+    """``<folder>/hang-rank<r>.json`` (one per rank: the latest stall's record)."""
+    return folder / f"hang-rank{rank}.json"
+
+
+def _kind(filename: str) -> str:
+    """``trainmon``, ``stdlib``, ``library`` (site-/dist-packages) or ``user`` code."""
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return "user"
+    if path.startswith(_TRAINMON_DIR):
+        return "trainmon"
+    if "site-packages" in path or "dist-packages" in path:
+        return "library"
+    if path.startswith(_STDLIB_DIRS):
+        return "stdlib"
+    return "user"
+
+
+def thread_frames(ident: int, limit: int = _KEPT_FRAMES) -> list[dict[str, Any]]:
+    """The innermost ``limit`` Python frames of thread ``ident``, innermost first, each
+    ``{"file", "line", "function", "kind"}``; empty when the thread is gone. Read from another
+    thread: it needs nothing from the (stuck) thread itself."""
+    frame = sys._current_frames().get(ident)
+    frames: list[dict[str, Any]] = []
+    while frame is not None and len(frames) < limit:
+        code = frame.f_code
+        frames.append(
+            {
+                "file": code.co_filename,
+                "line": frame.f_lineno,
+                "function": code.co_name,
+                "kind": _kind(code.co_filename),
+            }
+        )
+        frame = frame.f_back
+    return frames
+
+
+def write_record(folder: Path, record: Mapping[str, Any]) -> Path:
+    """Write one rank's record atomically (temp file + rename): a reader never sees half."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = hang_file(folder, int(record["rank"]))
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_bytes(orjson.dumps(dict(record), option=orjson.OPT_INDENT_2))
+    os.replace(temp, path)
+    return path
+
+
+def build_record(
+    *,
+    rank: int,
+    world_size: int,
+    step: int,
+    stalled_since: float,
+    collective: Mapping[str, Any] | None,
+    training_thread: int,
+    stack_file: Path | None,
+    job: str = "",
+) -> dict[str, Any]:
+    """One rank's record, as the watchdog writes it (see the module doc)."""
+    return {
+        "version": RECORD_VERSION,
+        "rank": rank,
+        "world_size": world_size,
+        "job": job,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.time(),
+        "step": step,
+        "stalled_since": stalled_since,
+        "collective": dict(collective) if collective is not None else None,
+        "frames": thread_frames(training_thread),
+        "thread": next((t.name for t in threading.enumerate() if t.ident == training_thread), "?"),
+        "stack_file": str(stack_file) if stack_file is not None else None,
+    }
+
+
+def read_records(run: Path, *, newer_than: float | None = None) -> dict[int, dict[str, Any]]:
+    """rank -> its record, from ``run`` and its ``rank-<r>`` folders (the newest per rank);
+    records written before ``newer_than`` (a wall time) and unreadable files are skipped."""
+    found: dict[int, dict[str, Any]] = {}
+    folders = [run, *sorted(p for p in run.glob("rank-*") if p.is_dir())] if run.is_dir() else []
+    for folder in folders:
+        for path in folder.glob(HANG_FILE_GLOB):
+            try:
+                record = orjson.loads(path.read_bytes())
+                rank, written = int(record["rank"]), float(record["time"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if newer_than is not None and written < newer_than:
+                continue
+            record["path"] = str(path)
+            if rank not in found or written > float(found[rank]["time"]):
+                found[rank] = record
+    return found
+
+
+# ---- the verdict -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    """The merged diagnosis: one line for alerts, and a few lines per rank for the CLI."""
+
+    line: str
+    waiting: dict[str, list[int]] = field(default_factory=dict)
+    """"all_reduce #1043" -> the ranks inside that collective."""
+    behind: list[int] = field(default_factory=list)
+    """Ranks not inside the collective most ranks wait in (or at the lowest step)."""
+    missing: list[int] = field(default_factory=list)
+    """Ranks of the job without a record."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``trainmon hang --json``)."""
+        return {
+            "verdict": self.line,
+            "waiting": self.waiting,
+            "behind": self.behind,
+            "missing": self.missing,
+        }
+
+
+def _where(record: Mapping[str, Any]) -> str:
+    """``slow_data_loader (data.py:88)``: the innermost frame of the user's code (else of a
+    library, else any), as a function and a file:line."""
+    frames: Sequence[Mapping[str, Any]] = record.get("frames") or ()
+    for kinds in (("user",), ("library",), ("user", "library", "stdlib", "trainmon")):
+        for frame in frames:
+            if frame.get("kind") in kinds:
+                return f"{frame['function']} ({Path(str(frame['file'])).name}:{frame['line']})"
+    return "an unknown place (no Python frame)"
+
+
+def collective_of(record: Mapping[str, Any]) -> str | None:
+    """``"all_reduce #1043"`` (``"all_reduce #7 on ranks 0,1"`` for a sub-group) when the rank
+    is inside a collective: from the comms record, else from a torch.distributed frame."""
+    collective = record.get("collective")
+    if isinstance(collective, Mapping) and collective.get("inside"):
+        group = collective.get("group") or "world"
+        text = f"{collective.get('op')} #{collective.get('seq')}"
+        return text if group == "world" else f"{text} on {group}"
+    for frame in record.get("frames") or ():
+        file = str(frame.get("file", "")).replace("\\", "/")
+        if "torch/distributed" in file and frame.get("function") in _COLLECTIVE_FUNCTIONS:
+            return f"{frame['function']} (seq. unknown)"
+    return None
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    listed = sorted(ranks)
+    if len(listed) == 1:
+        return f"rank {listed[0]}"
+    return "ranks " + ", ".join(map(str, listed))
+
+
+def diagnose(
+    records: Mapping[int, Mapping[str, Any]], world_size: int | None = None
+) -> HangVerdict:
+    """Merge the ranks' records into a verdict (see the module doc).
+
+    The collective most ranks are inside is the one "the others wait in"; the ranks not inside
+    it are behind, each named with its step and where its training thread is. With nobody in
+    a collective, the ranks at the lowest step are behind.
+    """
+    if world_size is None:
+        world_size = max((int(r.get("world_size", 1)) for r in records.values()), default=0)
+    missing = [rank for rank in range(world_size) if rank not in records]
+    waiting: dict[str, list[int]] = {}
+    for rank in sorted(records):
+        inside = collective_of(records[rank])
+        if inside is not None:
+            waiting.setdefault(inside, []).append(rank)
+    parts: list[str] = []
+    if waiting:
+        main = max(waiting, key=lambda key: (len(waiting[key]), -min(waiting[key])))
+        ranks = waiting[main]
+        parts.append(f"{_ranks(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {main}")
+        behind = [rank for rank in sorted(records) if rank not in ranks]
+    else:
+        lowest = min((int(r.get("step", 0)) for r in records.values()), default=0)
+        behind = [rank for rank in sorted(records) if int(records[rank].get("step", 0)) == lowest]
+        if len(behind) == len(records) and len(records) > 1:
+            parts.append(f"no rank is inside a collective; all at step {lowest}")
+    for rank in behind:
+        record = records[rank]
+        inside = collective_of(record)
+        text = f"rank {rank} is at step {record.get('step')}"
+        text += f" inside {inside} at {_where(record)}" if inside else f" in {_where(record)}"
+        parts.append(text)
+    if not waiting and not behind:
+        parts.append("no record to judge")
+    if missing:
+        parts.append(
+            f"no record from {_ranks(missing)} (still stepping, crashed, or its run folder is "
+            "not shared)"
+        )
+    return HangVerdict("; ".join(parts), waiting, behind, missing)
+
+
+def describe_rank(record: Mapping[str, Any], now: float | None = None) -> list[str]:
+    """A few lines about one rank for ``trainmon hang``: step, collective, frames, files."""
+    now = time.time() if now is None else now
+    rank = record.get("rank")
+    written = float(record.get("time", now))
+    stalled = written - float(record.get("stalled_since") or written)
+    lines = [
+        f"rank {rank} ({record.get('host')}, pid {record.get('pid')}): last step "
+        f"{record.get('step')}, no step for {stalled:.0f} s when recorded "
+        f"{now - written:.0f} s ago"
+    ]
+    collective = record.get("collective")
+    if isinstance(collective, Mapping):
+        group = collective.get("group") or "world"
+        state = "inside" if collective.get("inside") else "left"
+        since = collective.get("entered_at") if collective.get("inside") else None
+        age = f" for {float(record.get('time', now)) - float(since):.0f} s" if since else ""
+        lines.append(
+            f"  last collective: {collective.get('op')} #{collective.get('seq')} on {group} "
+            f"({state}{age})"
+        )
+    else:
+        lines.append("  last collective: none recorded (comms instrumentation off, or none yet)")
+    frames = record.get("frames") or []
+    lines.append(f"  training thread {record.get('thread', '?')!r}, innermost first:")
+    for frame in frames[:6]:
+        lines.append(
+            f"    {frame.get('function')} ({frame.get('file')}:{frame.get('line')}) "
+            f"[{frame.get('kind')}]"
+        )
+    if not frames:
+        lines.append("    (no Python frame: the thread had ended)")
+    if record.get("stack_file"):
+        lines.append(f"  every thread's stack: {record['stack_file']}")
+    return lines

@@ -1,0 +1,256 @@
+"""A job folder's journal read as attempts: one per process that wrote it, restarts included.
+
+Large jobs are killed, preempted and resumed into the same folder; each process appends its
+own ``meta`` line, so the journal holds every attempt. This module reads them back in order,
+with what each one logged (including the steps a later attempt redid, which
+:func:`~trainmon.journal.read_journal` hides), its checkpoint and evaluation spans, its last
+sign of life and how it ended. Each step is kept once: the latest attempt's run of it.
+``trainmon goodput``, ``tail``, ``summary`` and ``report`` build on it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainmon.alerts.model import ALERTS_FILE
+from trainmon.journal import JOURNAL_FILE, read_journal
+from trainmon.report.loading import parse_alert_lines
+from trainmon.report.model import RunError
+
+#: The metric whose value is a step's data wait (the breakdown's data part).
+DATA_METRIC = "perf/data_ms"
+STEP_TIME_METRIC = "perf/step_time_ms"
+
+
+@dataclass
+class StepMark:
+    """One step as an attempt logged it: when it ended, and what it says of its own time."""
+
+    step: int
+    time: float
+    step_s: float | None = None
+    data_s: float = 0.0
+
+
+@dataclass
+class Attempt:
+    """One process's run in the job folder (from its ``meta`` line to the next one's)."""
+
+    index: int
+    id: str
+    start: float
+    last_seen: float
+    end_time: float | None = None
+    status: str | None = None
+    stop_reason: str | None = None
+    resume_step: int | None = None
+    steps: list[StepMark] = field(default_factory=list)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    stall_times: list[float] = field(default_factory=list)
+    #: Steps at or past this one were redone by a later attempt (inf: none were).
+    redone_from: float = math.inf
+
+    @property
+    def finish(self) -> float:
+        """The end of this attempt: its ``end`` record, else its last sign of life."""
+        return max(self.end_time or self.last_seen, self.last_seen)
+
+    @property
+    def ended(self) -> str:
+        """``closed``, ``failed``, ``aborted``, ``stopped by a rule`` or ``killed`` (no end)."""
+        if self.status is None:
+            return "killed"
+        if self.stop_reason:
+            return "stopped by a rule"
+        return {"success": "closed"}.get(self.status, self.status)
+
+    @property
+    def first_step(self) -> float:
+        """The first step this attempt (re)did: its resume point, else its first logged step."""
+        if self.resume_step is not None:
+            return self.resume_step
+        return self.steps[0].step if self.steps else math.inf
+
+    @property
+    def kept(self) -> list[StepMark]:
+        """The steps of this attempt that no later attempt redid."""
+        return [s for s in self.steps if s.step < self.redone_from]
+
+    @property
+    def redone(self) -> list[StepMark]:
+        """The steps a later attempt redid: this attempt's time on them was lost."""
+        return [s for s in self.steps if s.step >= self.redone_from]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: what ``goodput --json`` lists per attempt (its split added there)."""
+        steps = [s.step for s in self.steps]
+        redone = [s.step for s in self.redone]
+        return {
+            "index": self.index,
+            "id": self.id,
+            "start": self.start,
+            "end": self.finish,
+            "ended": self.ended,
+            "stop_reason": self.stop_reason,
+            "resumed_from_step": None if self.resume_step is None else self.resume_step - 1,
+            "first_step": min(steps) if steps else None,
+            "last_step": max(steps) if steps else None,
+            "steps": len(steps),
+            "redone_steps": len(redone),
+        }
+
+
+@dataclass
+class Restart:
+    """Where attempt ``index`` took over: the step it resumed from and what it replaced."""
+
+    index: int
+    time: float
+    resumed_from: int | None
+    replaced: tuple[int, int] | None
+
+    def describe(self) -> str:
+        """``resumed from step 20 · steps 21–30 of the previous attempt replaced``."""
+        where = (
+            "restarted from scratch"
+            if self.resumed_from is None
+            else f"resumed from step {self.resumed_from}"
+        )
+        if self.replaced is None:
+            return f"{where} · nothing of the previous attempt replaced"
+        low, high = self.replaced
+        steps = f"step {low}" if low == high else f"steps {low}–{high}"
+        return f"{where} · {steps} of the previous attempt replaced"
+
+
+def journal_file(path: str | os.PathLike[str]) -> Path:
+    """The journal of a job folder (rank 0's under ``per_rank_output``), or the file itself."""
+    path = Path(path)
+    for candidate in (path, path / JOURNAL_FILE, path / "rank-0" / JOURNAL_FILE):
+        if candidate.is_file():
+            return candidate
+    raise RunError(f"{path}: no trainmon journal ({JOURNAL_FILE}) there")
+
+
+def read_attempts(path: str | os.PathLike[str]) -> list[Attempt]:
+    """The attempts of a journal, in the order they were written, with redone steps marked."""
+    attempts: list[Attempt] = []
+    current: Attempt | None = None
+    seen: dict[int, StepMark] = {}
+    try:
+        for record in read_journal(journal_file(path), keep_orphaned=True):
+            if record.get("kind") == "meta":
+                current = Attempt(
+                    index=len(attempts) + 1,
+                    id=str(record.get("attempt") or f"pid{record.get('pid')}"),
+                    start=_number(record.get("time")),
+                    last_seen=_number(record.get("time")),
+                )
+                attempts.append(current)
+                seen = {}
+            elif current is not None:  # (lines before any meta: not trainmon's writer)
+                _note(current, record, seen)
+    except ValueError as exc:  # a damaged line in the middle: read_journal names it
+        raise RunError(str(exc)) from exc
+    for attempt in attempts:
+        attempt.steps.sort(key=lambda s: s.step)
+    _add_stalls(attempts, journal_file(path).parent / ALERTS_FILE)
+    _mark_redone(attempts)
+    return attempts
+
+
+def _add_stalls(attempts: list[Attempt], alerts: Path) -> None:
+    """Firing times of ``stall`` alerts from ``alerts.jsonl`` (the file sink), each given to
+    the attempt it fell in (rules of any name; ``alerts/<name>`` edges need "stall" in it)."""
+    try:
+        with open(alerts, "rb") as f:
+            found = parse_alert_lines(f)
+    except OSError:
+        return
+    for alert in found:
+        t = alert.get("time")
+        if alert.get("kind") != "stall" or alert.get("state") != "firing":
+            continue
+        if not isinstance(t, int | float):
+            continue
+        for attempt in attempts:
+            if attempt.start <= t <= attempt.finish and float(t) not in attempt.stall_times:
+                attempt.stall_times.append(float(t))
+
+
+def restarts_of(attempts: Sequence[Attempt]) -> list[Restart]:
+    """One :class:`Restart` per attempt after the first."""
+    found = []
+    for i in range(1, len(attempts)):
+        later = attempts[i]
+        first = later.first_step
+        steps = []  # what stood before this restart (not what an earlier one replaced)
+        for j, earlier in enumerate(attempts[:i]):
+            until = min((a.first_step for a in attempts[j + 1 : i]), default=math.inf)
+            steps += [s.step for s in earlier.steps if first <= s.step < until]
+        found.append(
+            Restart(
+                index=later.index,
+                time=later.start,
+                resumed_from=None if later.resume_step is None else later.resume_step - 1,
+                replaced=(min(steps), max(steps)) if steps else None,
+            )
+        )
+    return found
+
+
+def _note(attempt: Attempt, record: dict[str, Any], seen: dict[int, StepMark]) -> None:
+    """Add one record of ``attempt``."""
+    kind = record.get("kind")
+    times = [record.get(key) for key in ("time", "end_time")]
+    for t in times:
+        if isinstance(t, int | float) and math.isfinite(t):
+            attempt.last_seen = max(attempt.last_seen, float(t))
+    if kind == "scalars":
+        step, t, values = record.get("step"), record.get("time"), record.get("values") or {}
+        if type(step) is not int or not isinstance(t, int | float):
+            return
+        for name, value in values.items():
+            if name.startswith("alerts/") and "stall" in name and value == 1:
+                attempt.stall_times.append(float(t))
+        mark = seen.get(step)
+        if mark is None:
+            mark = seen[step] = StepMark(step, float(t))
+            attempt.steps.append(mark)
+        step_ms = values.get(STEP_TIME_METRIC)
+        if isinstance(step_ms, int | float) and math.isfinite(step_ms):
+            mark.time = float(t)  # the line of the step's own metrics: the step's end
+            mark.step_s = max(0.0, step_ms / 1e3)
+        data_ms = values.get(DATA_METRIC)
+        if isinstance(data_ms, int | float) and math.isfinite(data_ms):
+            mark.data_s = max(0.0, data_ms / 1e3)
+    elif kind == "span":
+        start, end = record.get("start_time"), record.get("end_time")
+        if isinstance(start, int | float) and isinstance(end, int | float):
+            attempt.spans.append((str(record.get("what")), float(start), float(end)))
+    elif kind == "resume":
+        step = record.get("step")
+        if type(step) is int:
+            attempt.resume_step = step
+    elif kind == "end":
+        attempt.end_time = _number(record.get("time"))
+        attempt.status = str(record.get("status") or "success")
+        reason = record.get("stop_reason")
+        attempt.stop_reason = str(reason) if reason else None
+
+
+def _mark_redone(attempts: list[Attempt]) -> None:
+    """Each attempt's steps that a later one redid: from the lowest first step after it."""
+    lowest = math.inf
+    for attempt in reversed(attempts):
+        attempt.redone_from = lowest
+        lowest = min(lowest, attempt.first_step)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0

@@ -1,0 +1,172 @@
+"""Goodput: how much of a job's wall time, across its restarts, went into steps that were kept.
+
+The wall time runs from the first attempt's start (its Monitor's creation) to the last
+attempt's end. Each attempt's time is cut at its step ends (a step runs from the previous
+step's end; the first one from its end less its ``perf/step_time_ms``):
+
+* before the first step: ``startup_s``;
+* a step's time: productive when the step was kept, ``lost_work_s`` when a later attempt
+  redid it; from a kept step, its ``perf/data_ms`` is ``data_wait_s`` and, in the step where
+  a stall alert fired, what it took beyond the attempt's median step is ``stall_s``;
+* checkpoint saves and loads and evaluations that trainmon timed (journal ``span`` records)
+  are ``checkpoint_save_s``, ``checkpoint_load_s`` and ``eval_s`` wherever they fall;
+* from one attempt's last sign of life to the next one's start: ``downtime_s``;
+* the rest (after the last step: closing, untimed evaluation or saving): ``other_s``.
+
+So ``productive_s`` plus the badput is the wall time, and ``goodput`` is their ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainmon.report.attempts import Attempt
+
+#: The badput categories, in the order they are shown.
+BADPUT = (
+    "startup_s",
+    "checkpoint_save_s",
+    "checkpoint_load_s",
+    "lost_work_s",
+    "downtime_s",
+    "data_wait_s",
+    "eval_s",
+    "stall_s",
+    "other_s",
+)
+_SPAN_CATEGORY = {
+    "checkpoint_save": "checkpoint_save_s",
+    "checkpoint_load": "checkpoint_load_s",
+    "eval": "eval_s",
+}
+
+
+@dataclass
+class Goodput:
+    """The split of a job's wall time; ``per_attempt`` holds each attempt's own split (the
+    downtime before it included), for the report's stacked bar."""
+
+    wall_s: float
+    productive_s: float
+    badput: dict[str, float]
+    attempts: list[Attempt]
+    per_attempt: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def goodput(self) -> float | None:
+        """``productive_s / wall_s`` (None for a zero wall time)."""
+        return self.productive_s / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def restarts(self) -> int:
+        """The number of attempts − 1."""
+        return max(0, len(self.attempts) - 1)
+
+    @property
+    def redone_steps(self) -> int:
+        """Steps run more than once: each earlier run of them counted."""
+        return sum(len(a.redone) for a in self.attempts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` form: exactly ``wall_s``, ``productive_s``, ``goodput``,
+        ``restarts``, ``badput`` and ``attempts``."""
+        return {
+            "wall_s": self.wall_s,
+            "productive_s": self.productive_s,
+            "goodput": self.goodput,
+            "restarts": self.restarts,
+            "badput": dict(self.badput),
+            "attempts": [
+                {**a.as_dict(), "seconds": split}
+                for a, split in zip(self.attempts, self.per_attempt, strict=True)
+            ],
+        }
+
+
+def measure(attempts: Sequence[Attempt]) -> Goodput:
+    """Split the attempts' wall time (see the module doc)."""
+    ordered = sorted(attempts, key=lambda a: a.start)
+    if not ordered:
+        return Goodput(0.0, 0.0, dict.fromkeys(BADPUT, 0.0), [], [])
+    wall = max(a.finish for a in ordered) - ordered[0].start
+    splits = []
+    previous_finish: float | None = None
+    for attempt in ordered:
+        split = _split(attempt)
+        if previous_finish is not None:
+            split["downtime_s"] += max(0.0, attempt.start - previous_finish)
+        previous_finish = max(previous_finish or attempt.finish, attempt.finish)
+        splits.append(split)
+    total = {key: sum(s[key] for s in splits) for key in ("productive_s", *BADPUT)}
+    # the remainder (after the last steps; overlapping attempts would make it negative)
+    total["other_s"] = 0.0
+    assigned = sum(total.values())
+    total["other_s"] = max(0.0, wall - assigned)
+    productive = total.pop("productive_s")
+    return Goodput(wall, productive, total, list(ordered), splits)
+
+
+def _split(attempt: Attempt) -> dict[str, float]:
+    """One attempt's time from its start to its finish, by category (module doc)."""
+    out = dict.fromkeys(("productive_s", *BADPUT), 0.0)
+    start, finish = attempt.start, attempt.finish
+    spans = []  # made disjoint: where two overlap, the earlier one keeps the shared time
+    reach = start
+    for kind, a, b in sorted(attempt.spans, key=lambda span: span[1]):
+        a, b = max(a, reach), min(b, finish)
+        if b > a:
+            spans.append((_SPAN_CATEGORY.get(kind, "other_s"), a, b))
+            reach = b
+
+    def take(low: float, high: float) -> float:
+        """Book the spans inside [low, high]; return what is left of it."""
+        if high <= low:
+            return 0.0
+        left = high - low
+        for category, a, b in spans:
+            overlap = min(b, high) - max(a, low)
+            if overlap > 0:
+                out[category] += overlap
+                left -= overlap
+        return max(0.0, left)
+
+    steps = attempt.steps
+    if not steps:
+        out["startup_s"] += take(start, finish)
+        out["other_s"] = 0.0
+        return out
+    first = steps[0]
+    begin = first.time - (first.step_s or 0.0)
+    begin = min(max(begin, start), first.time)
+    out["startup_s"] += take(start, begin)
+    durations = []
+    previous = begin
+    segments = []
+    for mark in steps:
+        end = max(mark.time, previous)
+        segments.append((mark, previous, end))
+        durations.append(end - previous)
+        previous = end
+    typical = statistics.median(durations) if durations else 0.0
+    for mark, low, high in segments:
+        left = take(low, high)
+        if mark.step >= attempt.redone_from:
+            out["lost_work_s"] += left
+            continue
+        data = min(mark.data_s, left)
+        out["data_wait_s"] += data
+        left -= data
+        if any(low < t <= high for t in attempt.stall_times):
+            stall = max(0.0, left - typical)
+            out["stall_s"] += stall
+            left -= stall
+        out["productive_s"] += left
+    tail = take(previous, finish)
+    if any(previous < t for t in attempt.stall_times):
+        out["stall_s"] += tail
+    else:
+        out["other_s"] += tail
+    return out

@@ -1,0 +1,143 @@
+"""Profiles on demand: a signal or a ``profile`` file makes the next steps run under
+torch.profiler, and the Chrome trace is read back (gzip + JSON)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import free_port
+
+import trainmon
+from trainmon.collect.profiler import REQUEST_FILE
+
+pytest.importorskip("torch")
+
+WORKER = Path(__file__).resolve().parents[1] / "scripts" / "profile_worker.py"
+
+
+def _trace(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def _op_names(trace: dict[str, Any]) -> set[str]:
+    return {event.get("name", "") for event in trace["traceEvents"]}
+
+
+def _start(command: list[str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "GLOO_SOCKET_IFNAME": "lo"},
+    )
+
+
+def _ready(proc: subprocess.Popen[str], ranks: int) -> dict[int, int]:
+    """rank -> pid, from the workers' ``{"ready": pid}`` lines."""
+    pids: dict[int, int] = {}
+    assert proc.stdout is not None
+    while len(pids) < ranks:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the worker ended early: {proc.communicate()}")
+        for found in re.finditer(r'\{"ready": (\d+), "rank": (\d+)\}', line):
+            pids[int(found.group(2))] = int(found.group(1))
+    return pids
+
+
+@pytest.mark.slow
+def test_sigusr2_profiles_the_next_steps_of_a_running_loop(tmp_path: Path) -> None:
+    """kill -USR2 on a running loop: the next 3 steps are profiled, the trace is a gzipped
+    Chrome trace holding the loop's matmuls, and the log has a top-operators table."""
+    proc = _start([sys.executable, str(WORKER), str(tmp_path)])
+    try:
+        pids = _ready(proc, 1)
+        os.kill(pids[0], signal.SIGUSR2)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    traces = list((tmp_path / "job" / "profiles").glob("trace-rank0-step*.json.gz"))
+    assert len(traces) == 1, stderr
+    first = int(re.search(r"step(\d+)", traces[0].name).group(1))  # type: ignore[union-attr]
+    assert first > 10  # after the signal, never before
+    assert "aten::mm" in _op_names(_trace(traces[0]))
+    assert f"profile of steps {first}..{first + 2} on rank 0" in stderr
+    assert "top operators" in stderr and "aten::mm" in stderr
+    assert not (tmp_path / "job" / REQUEST_FILE).exists()  # done: a new touch works again
+
+
+@pytest.mark.slow
+def test_one_signal_profiles_the_same_steps_on_every_rank(tmp_path: Path) -> None:
+    """Under torchrun, SIGUSR2 to rank 1 alone profiles the same steps on ranks 0 and 1."""
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+            str(WORKER),
+            str(tmp_path),
+        ]
+    )
+    try:
+        pids = _ready(proc, 2)
+        os.kill(pids[1], signal.SIGUSR2)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    names = sorted(p.name for p in (tmp_path / "job" / "profiles").glob("*.json.gz"))
+    assert len(names) == 2, (names, stderr)
+    steps = {re.search(r"step(\d+)", name).group(1) for name in names}  # type: ignore[union-attr]
+    assert len(steps) == 1, names  # the same steps on both ranks
+    assert names == [f"trace-rank0-step{steps.pop()}.json.gz", names[1]]
+    for name in names:
+        assert "aten::mm" in _op_names(_trace(tmp_path / "job" / "profiles" / name))
+
+
+def test_a_profile_file_in_the_run_folder_asks_for_a_profile(tmp_path: Path) -> None:
+    """``touch RUN/profile`` in a running loop: the next steps are profiled, the trace is
+    written, and the request file is removed; no file and no signal: no trace at all."""
+    torch = pytest.importorskip("torch")
+    config = {
+        "console": {"enabled": False},
+        "system_metrics": {"enabled": False},
+        "jsonl": {"enabled": True, "output_path": str(tmp_path), "job_name": "job"},
+        "profiler": {"steps": 2},
+    }
+    run = tmp_path / "job"
+    with trainmon.Monitor(config) as monitor:
+        a = torch.randn(16, 16)
+        for step in range(1, 30):
+            a = torch.mm(a, a).tanh()
+            monitor.step = step
+            time.sleep(0.01)
+        assert not (run / "profiles").exists()  # nothing asked, nothing profiled
+        (run / REQUEST_FILE).touch()
+        for step in range(30, 400):
+            a = torch.mm(a, a).tanh()
+            monitor.step = step
+            time.sleep(0.01)
+            if list((run / "profiles").glob("*.json.gz")):
+                break
+    traces = list((run / "profiles").glob("trace-rank0-step*.json.gz"))
+    assert len(traces) == 1
+    assert "aten::mm" in _op_names(_trace(traces[0]))
+    assert not (run / REQUEST_FILE).exists()
