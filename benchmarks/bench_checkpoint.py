@@ -19,9 +19,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import harness
 import torch
 
+import harness
 from trainmon import Monitor, Writer
 from trainmon.core.events import StepScalars
 from trainmon.integrations.checkpoint import save_monitor_state

@@ -94,7 +94,13 @@ def test_the_barrier_still_waits_for_a_stop_rule(tmp_path: Path) -> None:
             "console": {"enabled": False},
             "alerts": {
                 "rules": [
-                    {"name": "huge", "metric": "loss", "op": ">", "threshold": 5.0, "action": "stop"}
+                    {
+                        "name": "huge",
+                        "metric": "loss",
+                        "op": ">",
+                        "threshold": 5.0,
+                        "action": "stop",
+                    }
                 ],
                 "sinks": [],
             },

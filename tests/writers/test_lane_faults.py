@@ -62,9 +62,7 @@ def _base(**trainmon: object) -> dict[str, object]:
 
 def _journal_loss(run: Path) -> list[int]:
     return [
-        r["step"]
-        for r in read_journal(run)
-        if r["kind"] == "scalars" and "loss" in r["values"]
+        r["step"] for r in read_journal(run) if r["kind"] == "scalars" and "loss" in r["values"]
     ]
 
 

@@ -485,8 +485,8 @@ class Monitor:
         DeepSpeed's ``save_checkpoint``), and all ranks stop together; the default checks this
         rank's own rules, for a checkpoint saved on one rank. It never waits for the writers
         (their flushes are queued); ``timeout`` bounds the wait for the rules (None: wait);
-        when it passes, the check uses what the rules have judged so far and a warning says so. The engine's ``save_checkpoint`` calls it; call it
-        yourself before saving anything else.
+        when it passes, the check uses what the rules have judged so far and a warning says so.
+        The engine's ``save_checkpoint`` calls it; call it yourself before saving anything else.
         """
         drained = self._pipeline.flush(timeout, writers=False)  # the rules, not the writers
         if not drained and not self._closed:

@@ -161,10 +161,15 @@ class DeepSpeedEvents:
         if not self._writes:
             return
         items = event_list if type(event_list) is tuple else tuple(event_list)
-        if all(type(item) is tuple and len(item) == 3 and item[2] is not None for item in items):
-            if not any(_on_step_axis(item[0], self._step_axis) for item in items):
-                self._monitor.write_side_events(items, DEEPSPEED_EVENT_WRITERS)  # the fast path
-                return
+        if all(
+            type(item) is tuple
+            and len(item) == 3
+            and item[2] is not None
+            and not _on_step_axis(item[0], self._step_axis)
+            for item in items
+        ):
+            self._monitor.write_side_events(items, DEEPSPEED_EVENT_WRITERS)  # the fast path
+            return
         paired: list[Any] = []
         stepped: list[Any] = []
         step = self._monitor.step
@@ -207,9 +212,7 @@ class DeepSpeedEvents:
 
 
 #: The names trainmon's DeepSpeed driver writes on its step axis (``global_steps``).
-_TRAINMON_STEP_NAMES = frozenset(
-    {"train/loss", "train/lr", "train/grad_norm", "train/loss_scale"}
-)
+_TRAINMON_STEP_NAMES = frozenset({"train/loss", "train/lr", "train/grad_norm", "train/loss_scale"})
 
 
 def _on_step_axis(name: Any, user_pairs: set[str]) -> bool:
