@@ -21,7 +21,7 @@ from pathlib import Path
 from trainmon import extras
 from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 from trainmon.writers.tb_summaries import (
     histogram_summary,
     hparams_summaries,
@@ -118,8 +118,8 @@ class TensorBoardWriter(Writer):
         handle = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
-        handle.write(self._frame(version + _FILE_VERSION))
-        handle.flush()
+        handle.write_header(self._frame(version + _FILE_VERSION))  # kept while the disk is full
+        flush_or_hold(handle)
         return path, handle
 
     def resume(self, step: int, identity: Mapping[str, object] | None) -> None:
