@@ -158,3 +158,42 @@ def test_a_batch_a_writer_raises_on_is_counted_as_given_up() -> None:
     monitor.write_events([("bad", 1.0, 1), ("good", 2.0, 1)])
     monitor.close()
     assert monitor.undelivered.get("custom writer (raising)", 0) >= 2
+
+
+class FiftyMsWriter(Writer):
+    """A custom writer that needs 50 ms for every call (a remote backend)."""
+
+    kind = "custom"
+    location = "50ms"
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        time.sleep(0.05)
+
+    def flush(self) -> None:
+        time.sleep(0.05)
+
+    def close(self) -> None:
+        pass
+
+
+def _tight_loop(tmp_path: Path, slow: bool) -> tuple[float, Monitor, Path]:
+    run = tmp_path / ("slow" if slow else "bare")
+    writers: list[Writer] = [FiftyMsWriter(), FiftyMsWriter()] if slow else []
+    monitor = Monitor(_base(close_timeout_s=1.0), writers=[*writers, JsonlWriter(run, "run")])
+    started = time.perf_counter()
+    for step in range(15_000):
+        monitor.write_events([("loss", float(step), step)])
+    elapsed = time.perf_counter() - started
+    monitor.close()
+    return elapsed, monitor, run
+
+
+def test_two_slow_writers_cost_the_loop_and_the_healthy_writer_nothing(tmp_path: Path) -> None:
+    """A tight loop of 15,000 steps beside two 50 ms writers runs about as fast as without
+    them, the journal gets every value and every value the slow ones missed is counted."""
+    bare, _, _ = _tight_loop(tmp_path, slow=False)
+    slow, monitor, run = _tight_loop(tmp_path, slow=True)
+    assert slow < 3 * bare + 0.2, (slow, bare)
+    assert _journal_loss(run) == list(range(15_000))
+    for name in ("custom writer (50ms)", "custom writer (50ms) #2"):
+        assert monitor.undelivered[name] >= 15_000 - 100
