@@ -290,7 +290,8 @@ def test_raising_writer_is_reported_once_counted_and_isolated(
     tmp_path: Path, trainmon_log: list[logging.LogRecord]
 ) -> None:
     """A writer whose write() raises is reported once with its traceback, each failure is counted
-    in trainmon/writer_errors, and the other writer still gets every value."""
+    in trainmon/writer_errors, the values it gave up are counted at close, and the other writer
+    still gets every value."""
     bad = BadWriter()
     run = tmp_path / "run"
     monitor = Monitor(_config(), writers=[bad, JsonlWriter(run, "run")])
@@ -302,7 +303,9 @@ def test_raising_writer_is_reported_once_counted_and_isolated(
 
     assert bad.calls >= 10
     warnings = _warnings(trainmon_log)
-    assert len(warnings) == 1, [w.getMessage() for w in warnings]
+    assert len(warnings) == 2, [w.getMessage() for w in warnings]
+    assert "bad writer (nowhere://bad)" in warnings[1].getMessage()  # what it gave up
+    assert monitor.undelivered["bad writer (nowhere://bad)"] >= 100
     message = warnings[0].getMessage()
     assert "bad" in message and "write" in message and "nowhere://bad" in message
     exc_info = warnings[0].exc_info

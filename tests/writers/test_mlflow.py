@@ -7,7 +7,9 @@ into an experiment of its own.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.server
 import json
 import logging
 import math
@@ -16,6 +18,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,19 +265,24 @@ def test_a_tracking_store_failing_mid_run_is_one_warning_and_training_goes_on(
 
 
 @needs_mlflow
-def test_an_unreachable_tracking_server_is_one_message_at_start_up(
+def test_an_unreachable_tracking_server_is_one_message_and_never_blocks_the_caller(
     tmp_path: Path, trainmon_logs: list[logging.LogRecord]
 ) -> None:
-    """Nothing answering at an http tracking URI: the writer is left out at once with one
-    warning naming the address, and the monitor runs with the others."""
+    """Nothing answering at an http tracking URI: Monitor() returns at once, the writer's own
+    thread tries a bounded number of times and gives up with one warning naming the address,
+    its values are counted, and the monitor runs with the others."""
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         uri = f"http://127.0.0.1:{s.getsockname()[1]}"
+    started = time.monotonic()
     with trainmon.Monitor(_config(tmp_path, uri)) as monitor:
-        assert [w.kind for w in monitor.writers] == ["jsonl"]
+        assert time.monotonic() - started < 1.0
         monitor.log({"train/loss": 1.0}, step=0)
-    (warning,) = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
-    assert f"MLflow tracking server at {uri} does not answer" in warning
+    warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    assert "MLflow tracking server at http://127.0.0.1:" in warnings[0]
+    assert "does not answer" in warnings[0] and "given up" in warnings[0]
+    assert sum(1 for w in warnings if "given up" in w) == 1
+    assert monitor.undelivered[f"mlflow writer (MLflow at {uri})"] >= 1
 
 
 @needs_mlflow
@@ -287,13 +296,87 @@ def test_a_tracking_uri_with_credentials_is_probed_without_them_and_never_printe
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     uri = f"http://alice:pw-s3cret@127.0.0.1:{port}/prefix?token=tok-12345"
-    with trainmon.Monitor(_config(tmp_path, uri)) as monitor:
-        assert [w.kind for w in monitor.writers] == ["jsonl"]
-    (warning,) = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
-    assert f"at http://***@127.0.0.1:{port}/prefix?token=*** does not answer" in warning
+    with trainmon.Monitor(_config(tmp_path, uri)):
+        pass
+    warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    warning = warnings[0]
+    assert f"MLflow at http://***@127.0.0.1:{port}/prefix?token=***" in warning
+    assert "does not answer" in warning
     # the probe reached the port itself: a host of "alice:pw-s3cret@127.0.0.1" would not resolve
     assert "Connection refused" in warning or "refused" in warning.lower(), warning
-    assert "s3cret" not in warning and "tok-12345" not in warning
+    assert not any("s3cret" in w or "tok-12345" in w for w in warnings)
+
+
+class _Answers500(http.server.BaseHTTPRequestHandler):
+    """A tracking server that answers 500 to everything, echoing the request's headers."""
+
+    def _answer(self) -> None:
+        body = f"internal error; you sent {dict(self.headers)!r} to {self.path}".encode()
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@needs_mlflow
+@pytest.mark.slow
+def test_a_server_answering_500_never_blocks_and_its_echo_is_redacted(
+    tmp_path: Path, trainmon_logs: list[logging.LogRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real local server answering 500: Monitor() returns in well under a second, the writer
+    is given up with one warning on its own thread, and no credential it echoes is printed."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw-s3cret")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers500)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}/?token=tok-12345"
+        started = time.monotonic()
+        monitor = trainmon.Monitor(_config(tmp_path, uri))
+        assert time.monotonic() - started < 1.0
+        for step in range(5):
+            monitor.log({"train/loss": float(step)}, step=step)
+        closing = time.monotonic()
+        monitor.close()
+        assert time.monotonic() - closing < monitor.config.trainmon.close_timeout_s + 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
+    assert sum(1 for w in warnings if "given up" in w) == 1, warnings
+    token = base64.b64encode(b"alice:pw-s3cret").decode()
+    for secret in ("pw-s3cret", "tok-12345", token):
+        assert not any(secret in w for w in warnings), warnings
+    journal = read_journal(tmp_path / "job" / "metrics.jsonl")
+    steps = [r["step"] for r in journal if r["kind"] == "scalars" and "train/loss" in r["values"]]
+    assert steps == [0, 1, 2, 3, 4]
+
+
+@needs_mlflow
+@pytest.mark.slow
+def test_a_server_that_never_answers_never_blocks_the_caller(tmp_path: Path) -> None:
+    """A server that accepts connections and never answers: Monitor() returns at once and
+    close() within its budget, the journal keeps every value."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        monitor = trainmon.Monitor(_config(tmp_path, uri))
+        assert time.monotonic() - started < 1.0
+        monitor.log({"train/loss": 1.0}, step=0)
+        closing = time.monotonic()
+        monitor.close()
+        assert time.monotonic() - closing < monitor.config.trainmon.close_timeout_s + 1
+    assert monitor.undelivered.get(f"mlflow writer (MLflow at {uri})", 0) >= 1
+    journal = read_journal(tmp_path / "job" / "metrics.jsonl")
+    assert [r["step"] for r in journal if r["kind"] == "scalars" and "train/loss" in r["values"]]
 
 
 def test_missing_mlflow_names_the_extra_to_install(

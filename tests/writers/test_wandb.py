@@ -462,7 +462,8 @@ def test_a_wandb_error_while_logging_spares_the_other_writers(
             monitor.flush()  # one batch per step
     assert calls == [0]
     warnings = [r.getMessage() for r in trainmon_logs if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and "wandb writer" in warnings[0] and "failed in write" in warnings[0]
+    assert len(warnings) == 2 and "wandb writer" in warnings[0] and "failed in write" in warnings[0]
+    assert "not delivered" in warnings[1] and "wandb writer" in warnings[1]  # counted at close
     assert _journal_steps(tmp_path) == [0, 1, 2, 3]
     assert read_run(_only_run_dir(wandb_env)).of_type("exit") == [{"exit_code": 0}]
 

@@ -736,7 +736,7 @@ class CommsLogger:
                     f"{row.algbw_gbps: <{width}.2f}{row.busbw_gbps: <{width}.2f}".rstrip()
                 )
         table = "\n".join(lines)
-        if self._logs_summary:
+        if self._logs_summary and len(lines) > 1:  # nothing recorded: nothing to say
             _log.info("communication summary (rank %d):\n%s", self._monitor.place.rank, table)
         return table
 

@@ -53,6 +53,7 @@ from trainmon.core.values import (
     Deferred,
     Snapshot,
     capture,
+    check_encodable,
     check_step,
     check_value,
     is_tensor,
@@ -422,6 +423,8 @@ class Monitor:
             raise ValueError(
                 "metric name is empty: expected a non-empty string such as 'train/loss'"
             )
+        if not name.isascii():
+            check_encodable(name)
         if len(self._names) < _MAX_CACHED_NAMES:
             self._names.add(name)
 
@@ -480,12 +483,13 @@ class Monitor:
         saved. Rules run on the rank that writes only: with ``all_ranks=True`` under
         torch.distributed it is a collective that every rank must call (as every rank calls
         DeepSpeed's ``save_checkpoint``), and all ranks stop together; the default checks this
-        rank's own rules, for a checkpoint saved on one rank. ``timeout`` bounds the wait for
-        the writers (None: wait); when it passes, the check uses what the rules have judged so
-        far and a warning says so. The engine's ``save_checkpoint`` calls it; call it
-        yourself before saving anything else.
+        rank's own rules, for a checkpoint saved on one rank. It never waits for the writers
+        (their flushes are queued); ``timeout`` bounds the wait for the rules (None: wait);
+        when it passes, the check uses what the rules have judged so far and a warning says so.
+        The engine's ``save_checkpoint`` calls it; call it yourself before saving anything else.
         """
-        if not self._closed and not self._pipeline.flush(timeout) and not self._closed:
+        drained = self._pipeline.flush(timeout, writers=False)  # the rules, not the writers
+        if not drained and not self._closed:
             _log.warning(
                 "checkpoint: the pipeline did not drain within %s s; the alert rules may not "
                 "have judged the last %d queued value(s) before this checkpoint",
@@ -511,7 +515,7 @@ class Monitor:
             captured["alerts"] = self.alerts.state_dict() if self.alerts is not None else {}
             captured["writers"] = writer_identities(self.writers)
 
-        if not self._pipeline.flush(then=capture):
+        if not self._pipeline.flush(then=capture, writers=False):
             capture()  # closed: nothing runs in the background any more
         aggregator = self._pipeline.aggregator
         return {

@@ -246,9 +246,17 @@ class Pipeline:
         self._queue.append(pending)
 
     def flush(
-        self, timeout: float | None = None, *, then: Callable[[], None] | None = None
+        self,
+        timeout: float | None = None,
+        *,
+        then: Callable[[], None] | None = None,
+        writers: bool = True,
     ) -> bool:
         """Block until every event queued before this call is written and flushed.
+
+        With ``writers=False`` it returns as soon as the background thread has handed those
+        events on (the alert rules and observers have seen them; the writers' flushes are
+        queued but not waited for): what a checkpoint needs, whatever the writers do.
 
         ``then`` runs on the background thread right at that point in the stream, before the
         writers flush (so it may touch the aggregator and the observers without a lock, and
@@ -269,6 +277,8 @@ class Pipeline:
                 return False
         if request.error is not None:
             raise request.error
+        if not writers:
+            return True
         assert request.barrier is not None
         return request.barrier.wait(deadline, self.config.full_wait_s)
 

@@ -374,3 +374,15 @@ def _event_after(torch: Any, copy: Any) -> Any:
     event = torch.cuda.Event()
     event.record(torch.cuda.current_stream(copy.device))
     return event
+
+
+def check_encodable(name: str) -> None:
+    """Refuse a metric name that is not valid Unicode text (a lone surrogate such as
+    ``"a\\ud800b"``): no file format can hold it, and the writers would lose its whole batch."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"metric name {name!r}: not valid Unicode text (character {error.start} is a lone "
+            f"surrogate); expected a name that can be written as UTF-8"
+        ) from None

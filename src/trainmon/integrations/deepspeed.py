@@ -137,6 +137,10 @@ class DeepSpeedEvents:
     ``write_events([(name, value, global_samples), ...])`` returns at once; the events go to
     trainmon's TensorBoard and CSV writers (DeepSpeed's layouts), on one rank only as in
     DeepSpeed (the logging rank, ``trainmon.log_rank``), and never into trainmon's step windows.
+    ``(name, value)`` pairs (and a step of ``None``) are recorded at the engine's current step,
+    on trainmon's step axis. One tag holds one x axis: a stepped name that trainmon writes on its
+    step axis (``train/loss``, ``perf/...``) goes to ``<name>@global_samples`` instead, with one
+    warning per name.
     """
 
     tb_monitor = None
@@ -148,11 +152,76 @@ class DeepSpeedEvents:
         self._monitor = monitor
         self.enabled = enabled
         self._writes = rank == monitor.log_rank
+        self._step_axis: set[str] = set()  # names the user wrote as pairs (trainmon's axis)
+        self._moved: dict[str, str] = {}
 
     def write_events(self, event_list: Any) -> None:
-        """Queue DeepSpeed-style ``(name, value, step)`` events (the logging rank only)."""
-        if self._writes:
-            self._monitor.write_side_events(event_list, DEEPSPEED_EVENT_WRITERS)
+        """Queue DeepSpeed-style ``(name, value, step)`` or ``(name, value)`` events (the
+        logging rank only)."""
+        if not self._writes:
+            return
+        items = event_list if type(event_list) is tuple else tuple(event_list)
+        if all(
+            type(item) is tuple
+            and len(item) == 3
+            and item[2] is not None
+            and not _on_step_axis(item[0], self._step_axis)
+            for item in items
+        ):
+            self._monitor.write_side_events(items, DEEPSPEED_EVENT_WRITERS)  # the fast path
+            return
+        paired: list[Any] = []
+        stepped: list[Any] = []
+        step = self._monitor.step
+        for item in items:
+            if isinstance(item, (tuple, list)) and (
+                len(item) == 2 or (len(item) == 3 and item[2] is None)
+            ):
+                name = item[0]
+                if isinstance(name, str):
+                    self._step_axis.add(name)
+                paired.append((name, item[1], step))
+            elif isinstance(item, (tuple, list)) and len(item) == 3:
+                stepped.append((self._samples_name(item[0]), item[1], item[2]))
+            else:
+                raise TypeError(
+                    f"engine.monitor.write_events: event {item!r} is not (name, value) or "
+                    f"(name, value, step)"
+                )
+        if paired:
+            self._monitor.write_side_events(paired, DEEPSPEED_EVENT_WRITERS)
+        if stepped:
+            self._monitor.write_side_events(stepped, DEEPSPEED_EVENT_WRITERS)
+
+    def _samples_name(self, name: Any) -> Any:
+        """The tag of a samples-axis event: ``name``, or ``name@global_samples`` when trainmon
+        (or a pair) writes ``name`` on the step axis; warns once per moved name."""
+        if not isinstance(name, str) or not _on_step_axis(name, self._step_axis):
+            return name
+        moved = self._moved.get(name)
+        if moved is None:
+            moved = self._moved[name] = f"{name}@global_samples"
+            _log.warning(
+                "engine.monitor.write_events: %r is written by trainmon on its step axis "
+                "(global_steps); your values on the samples axis (global_samples) go to %r so "
+                "that each tag holds one x axis",
+                name,
+                moved,
+            )
+        return moved
+
+
+#: The names trainmon's DeepSpeed driver writes on its step axis (``global_steps``).
+_TRAINMON_STEP_NAMES = frozenset({"train/loss", "train/lr", "train/grad_norm", "train/loss_scale"})
+
+
+def _on_step_axis(name: Any, user_pairs: set[str]) -> bool:
+    """Whether ``name`` is written on trainmon's step axis (by trainmon or as a user's pair)."""
+    return isinstance(name, str) and (
+        name in _TRAINMON_STEP_NAMES
+        or name.startswith(("perf/", "sys/", "mem/"))
+        or name in user_pairs
+    )
 
 
 class _Sum(Deferred):

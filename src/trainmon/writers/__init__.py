@@ -11,12 +11,13 @@ Writers of the user's own come from the config's ``writers`` list (``{"class":
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmon import redact
+from trainmon import extras, redact
 from trainmon.config import DEFAULT_JOB_NAME, OutputSection, TrainmonConfig
 from trainmon.core.place import ProcessPlace
 from trainmon.errors import ConfigError, MissingExtraError
@@ -28,6 +29,7 @@ from trainmon.writers.custom import (
     registered_writers,
     unregister_writer,
 )
+from trainmon.writers.deferred import DeferredWriter
 
 __all__ = [
     "NullWriter",
@@ -135,9 +137,21 @@ def _prometheus_where(config: TrainmonConfig) -> str:
 
 
 def _mlflow(config: TrainmonConfig, place: ProcessPlace) -> Writer:
-    from trainmon.writers.mlflow import MlflowWriter
+    from trainmon.writers.mlflow import MlflowWriter, bound_mlflow_requests, mlflow_secrets
 
-    return MlflowWriter.from_config(config, place)
+    if not extras.is_installed("mlflow"):  # said at start; importing it waits for the lane
+        extras.require("mlflow", "mlflow", "The MLflow writer")
+    bound_mlflow_requests()
+    uri = config.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.lower().startswith(("http://", "https://")):
+        return MlflowWriter.from_config(config, place)  # a local store: nothing to wait for
+    # a server: connect and create the run on the writer's own thread, never the caller's
+    return DeferredWriter(
+        "mlflow",
+        f"MLflow at {redact.credentials(uri)}",
+        lambda: MlflowWriter.from_config(config, place),
+        secrets=mlflow_secrets(uri),
+    )
 
 
 def _comet(config: TrainmonConfig, place: ProcessPlace) -> Writer:

@@ -103,18 +103,26 @@ class NullWriter(Writer):
 class WriterGroup:
     """Fans each call out to every writer; a writer that raises is reported once and counted."""
 
-    def __init__(self, writers: Sequence[Writer] = ()) -> None:
+    def __init__(self, writers: Sequence[Writer] = (), label: str | None = None) -> None:
         self.writers = list(writers)
         self.error_count = 0
+        self.given_up = 0  # values of batches a writer raised on (other than out of space)
+        self.label = label  # the writer's name in warnings (one writer per group in lanes)
         self._reported: set[int] = set()
 
     def write(self, records: Sequence[StepScalars]) -> None:
-        """Per-step records, to the writers that take every step."""
+        """Per-step records, to the writers that take every step; a batch a writer raises on
+        without counting what it lost itself (and not out of space, which the writers buffer
+        and retry) is counted as given up."""
         for writer in self.writers:
             if writer.every == "step":
+                before = _dropped_by(writer)
                 try:
                     writer.write(records)
-                except Exception:
+                except Exception as error:
+                    no_space = isinstance(error, OSError) and error.errno in _NO_SPACE
+                    if not no_space and _dropped_by(writer) == before:  # it counted nothing
+                        self.given_up += sum(len(record.values) for record in records)
                     self._failed(writer, "write")
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
@@ -169,7 +177,7 @@ class WriterGroup:
     @property
     def dropped_events(self) -> int:
         """What the writers gave up after accepting it (see :attr:`Writer.dropped_events`)."""
-        return sum(_dropped_by(writer) for writer in self.writers)
+        return self.given_up + sum(_dropped_by(writer) for writer in self.writers)
 
     def _failed(self, writer: Writer, operation: str) -> None:
         self.error_count += 1
@@ -186,10 +194,9 @@ class WriterGroup:
         else:
             consequence = "its data is being lost"
         _log.warning(
-            "%s writer (%s) failed in %s; %s, the other writers and training carry on "
+            "%s failed in %s; %s, the other writers and training carry on "
             "(further errors of this writer are counted in trainmon/writer_errors, not printed)",
-            writer.kind,
-            writer.location,
+            self.label or f"{writer.kind} writer ({writer.location})",
             operation,
             consequence,
             exc_info=True,

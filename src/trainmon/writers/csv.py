@@ -23,7 +23,14 @@ import orjson
 
 from trainmon.core.events import Number, StepScalars
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, inside, safe_file_name
+from trainmon.writers.files import (
+    NO_SPACE,
+    PENDING_BYTES,
+    AppendFile,
+    flush_due,
+    inside,
+    safe_file_name,
+)
 
 MAX_OPEN_FILES = 64
 NAMES_FILE = ".trainmon-csv-names.jsonl"
@@ -77,6 +84,7 @@ class CsvWriter(Writer):
         self._buffered = 0
         self._dropped = 0  # values of files already closed, or that could not be opened
         self._deferred: Exception | None = None
+        self._unrecorded: list[bytes] = []  # names-file lines a full disk refused, in order
 
     def _path_for(self, name: str) -> Path:
         file_name = self._files.get(name)
@@ -94,8 +102,21 @@ class CsvWriter(Writer):
         return path
 
     def _record(self, name: str, file_name: str) -> None:
-        """Write down (durably, before any row) that ``file_name`` belongs to ``name``."""
+        """Write down (durably, before any row) that ``file_name`` belongs to ``name``; out
+        of space, the line is held and written before the next flush of any row."""
         line = orjson.dumps({"name": name, "file": file_name}) + b"\n"
+        try:
+            self._append_names(b"".join(self._unrecorded) + line)
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            self._unrecorded.append(line)
+        else:
+            self._unrecorded.clear()
+        self._files[name] = file_name
+        self._owners[file_name] = name
+
+    def _append_names(self, line: bytes) -> None:
         fd = os.open(self.directory / NAMES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -107,8 +128,6 @@ class CsvWriter(Writer):
                 raise
         finally:
             os.close(fd)
-        self._files[name] = file_name
-        self._owners[file_name] = name
 
     def _file(self, name: str) -> AppendFile:
         handle = self._open.get(name)
@@ -166,6 +185,16 @@ class CsvWriter(Writer):
         self._buffered = 0
         error: Exception | None = self._deferred
         self._deferred = None
+        if self._unrecorded:  # names first: no row reaches a file its name is not written for
+            held = b"".join(self._unrecorded)
+            try:
+                self._append_names(held)
+            except OSError as exc:
+                for handle in self._open.values():
+                    if handle.buffered > _PENDING_PER_FILE:
+                        handle.give_up()
+                raise exc from None
+            self._unrecorded.clear()
         for handle in list(self._open.values()):
             try:
                 handle.flush()

@@ -7,6 +7,7 @@ so a process killed with ``kill -9`` leaves files that end on a record boundary.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from pathlib import Path
@@ -128,6 +129,19 @@ class AppendFile:
                 self.give_up()
             os.close(self._fd)
             self._fd = None
+
+
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def flush_or_hold(handle: AppendFile) -> None:
+    """Flush ``handle``; out of space (a disk full from the start), keep what it holds for the
+    next flush instead of failing, as a flush in the middle of a run does."""
+    try:
+        handle.flush()
+    except OSError as error:
+        if error.errno not in NO_SPACE:
+            raise
 
 
 def safe_file_name(name: str, suffix: str) -> str:

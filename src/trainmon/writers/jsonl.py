@@ -18,7 +18,7 @@ from trainmon.core.events import AttemptEnd, Extra, Histogram, Hparams, Span, St
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 
 #: Seconds without a line after which a flush writes a ``heartbeat`` (an idle run's sign of life).
 HEARTBEAT_S = 1.0
@@ -52,8 +52,8 @@ class JsonlWriter(Writer):
             "trainmon": __version__,
             "attempt": uuid.uuid4().hex[:12],
         }
-        self._file.write(encode_line(meta))
-        self._file.flush()
+        self._file.write_header(encode_line(meta))  # kept while the disk is full
+        flush_or_hold(self._file)
         self._last_line = time.monotonic()
 
     def write(self, records: Sequence[StepScalars]) -> None:

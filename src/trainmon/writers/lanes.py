@@ -63,9 +63,10 @@ class FlushBarrier:
 class _Lane:
     """One writer's queue and thread. Counters have a single writer each (no lock needed)."""
 
-    def __init__(self, writer: Writer, capacity: int) -> None:
+    def __init__(self, writer: Writer, capacity: int, name: str) -> None:
         self.writer = writer
-        self.group = WriterGroup([writer])  # report-once and error counting, per writer
+        self.name = name  # unique among the lanes: "custom writer (slow) #2"
+        self.group = WriterGroup([writer], label=name)  # report-once and error counting
         self.capacity = capacity
         self.ops: deque[_Op] = deque()
         self.enqueued = 0  # values, by the pipeline thread
@@ -80,10 +81,6 @@ class _Lane:
             target=self._run, name=f"trainmon-writer-{writer.kind}", daemon=True
         )
         self.thread.start()
-
-    @property
-    def name(self) -> str:
-        return f"{self.writer.kind} writer ({self.writer.location})"
 
     @property
     def pending(self) -> int:
@@ -144,7 +141,10 @@ class WriterLanes:
         self.writers = list(writers)
         self.when_full = when_full
         self.full_wait_s = full_wait_s
-        self._lanes = [_Lane(writer, capacity) for writer in self.writers]
+        self._lanes = [
+            _Lane(writer, capacity, name)
+            for writer, name in zip(self.writers, writer_names(self.writers), strict=True)
+        ]
 
     # ---- what the pipeline calls (one thread) ------------------------------------------------
 
@@ -249,6 +249,10 @@ class WriterLanes:
         count = op[2]
         if lane.closed:
             return
+        if lane.is_stuck(self.full_wait_s):  # hung in one call: found now, not at close
+            self._detach(lane)
+            lane.missed += count
+            return
         limit = lane.capacity + (0 if bounded else _COUNTER_SLACK)
         full = lane.pending + count > limit and lane.pending > 0
         if full and not self._room(lane, count):
@@ -273,8 +277,12 @@ class WriterLanes:
                 if fits() or lane.pending == 0:
                     return True
                 time.sleep(0.001)
-        if not lane.detached:
-            lane.detached = True
+        self._detach(lane)
+        return False
+
+    def _detach(self, lane: _Lane) -> None:
+        """Stop waiting for ``lane``; one warning names it (the first time)."""
+        lane.detached = True
         if not lane.warned:
             lane.warned = True
             stuck = lane.is_stuck(self.full_wait_s / 2)
@@ -287,4 +295,14 @@ class WriterLanes:
                 if stuck
                 else f"cannot keep up (its queue of {lane.capacity} values is full)",
             )
-        return False
+
+
+def writer_names(writers: Sequence[Writer]) -> list[str]:
+    """Each writer's name, ``kind writer (location)``, with ``#2``, ``#3``... for repeats."""
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for writer in writers:
+        base = f"{writer.kind} writer ({writer.location})"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base} #{seen[base]}")
+    return names

@@ -266,6 +266,43 @@ class MlflowWriter(Writer):
         del pending[:sent]
 
 
+#: MLflow's own HTTP retries, bounded unless the user set them (its defaults retry a server
+#: answering 500 for minutes); telemetry off unless the user opted in (nothing leaves the
+#: machine but what the user configured).
+MLFLOW_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+
+
+def bound_mlflow_requests() -> None:
+    """Set :data:`MLFLOW_DEFAULTS` in the environment where the user has not set them."""
+    for key, value in MLFLOW_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+def mlflow_secrets(uri: str) -> list[str]:
+    """What no message may show: the URI's secrets, the password and the Basic token of the
+    URI's user or ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``."""
+    import urllib.parse
+
+    from trainmon.writers.deferred import basic_auth_secrets
+
+    found: list[str] = []
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        found += [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
+        found += basic_auth_secrets(parts.username, parts.password)
+    except ValueError:
+        found.append(uri)
+    found += basic_auth_secrets(
+        os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    )
+    return found
+
+
 def check_reachable(uri: str, timeout_s: float = START_TIMEOUT_S) -> None:
     """Fail fast, with the address, when an HTTP tracking server does not answer at all.
 

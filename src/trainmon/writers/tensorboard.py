@@ -21,7 +21,7 @@ from pathlib import Path
 from trainmon import extras
 from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.writers.base import Writer
-from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due
+from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 from trainmon.writers.tb_summaries import (
     histogram_summary,
     hparams_summaries,
@@ -118,8 +118,8 @@ class TensorBoardWriter(Writer):
         handle = AppendFile(path, PENDING_BYTES)
         version = _pack_head(_WALL_TIME_KEY, time.time(), _FILE_VERSION_KEY)
         version += _varint(len(_FILE_VERSION))
-        handle.write(self._frame(version + _FILE_VERSION))
-        handle.flush()
+        handle.write_header(self._frame(version + _FILE_VERSION))  # kept while the disk is full
+        flush_or_hold(handle)
         return path, handle
 
     def resume(self, step: int, identity: Mapping[str, object] | None) -> None:
@@ -216,7 +216,7 @@ class TensorBoardWriter(Writer):
         get, add = self._prefixes.get, self._prefix
         try:
             return b"".join([(get(k) or add(k)) + _pack_f(v) for k, v in values.items()])
-        except OverflowError:  # rare: redo the step with the range-checking slow path
+        except (OverflowError, struct.error):  # rare (e.g. an int beyond int64): slow path
             return b"".join([(get(k) or add(k)) + _float32(v) for k, v in values.items()])
 
     def _prefix(self, name: str) -> bytes:

@@ -239,8 +239,15 @@ def _entity(section: WandbConfig) -> str | None:
     return section.team or section.entity
 
 
+#: W&B's error reporting (Sentry) is off unless the user set it: nothing leaves the machine
+#: but what the user configured.
+WANDB_DEFAULTS = {"WANDB_ERROR_REPORTING": "false"}
+
+
 def _start_run(wandb: ModuleType, kwargs: dict[str, Any], mode: str | None) -> Any:
     """``wandb.init``, falling back to offline (with one warning) instead of failing."""
+    for key, value in WANDB_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     why_offline = None
     if mode is None and not os.environ.get("WANDB_MODE") and not _has_credentials(wandb):
         mode = "offline"
