@@ -168,3 +168,31 @@ def test_follow_prints_new_windows_and_alerts_and_exits_0_on_ctrl_c(tmp_path: Pa
     finally:
         if process.poll() is None:
             process.kill()
+
+
+@pytest.mark.slow
+def test_follow_waits_for_a_run_folder_that_does_not_exist_yet(tmp_path: Path) -> None:
+    """-f on a run whose folder (and its parent) does not exist yet waits for it, says so once,
+    then prints the windows of the run once it starts writing."""
+    folder = tmp_path / "runs" / "job"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainmon", "tail", str(folder), "-f", "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(0.5)
+        assert process.poll() is None, "tail -f gave up on a folder that is not there yet"
+        monitored_run(tmp_path / "runs", 20)
+        assert read_line(process).startswith("step 10 |")
+        assert read_line(process).startswith("step 20 |")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0
+        assert process.stderr is not None
+        err = process.stderr.read().decode()
+        assert err.count("waiting for") == 1, err
+        assert "no such" not in err.lower()
+    finally:
+        if process.poll() is None:
+            process.kill()

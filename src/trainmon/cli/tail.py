@@ -233,11 +233,20 @@ def tail(args: argparse.Namespace) -> int:
         raise RunError(f"-n {args.lines}: expected 0 (all) or more")
     if args.interval <= 0:
         raise RunError(f"--interval {args.interval}: expected a number of seconds > 0")
-    journal = _journal_for(Path(args.run), args.follow)
+    run_path = Path(args.run)
+    waiting = args.follow and not run_path.exists()
+    if waiting:  # following a run that is about to start: wait for its folder, say so once
+        print(f"waiting for {run_path} to appear ...", file=sys.stderr, flush=True)
+        try:
+            while not run_path.exists():
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+    journal = _journal_for(run_path, args.follow)
     journal_lines = FileFollower(journal)
     alert_lines = FileFollower(journal.parent / ALERTS_FILE)
     out = sys.stdout
-    if args.follow and not journal.exists():
+    if args.follow and not journal.exists() and not waiting:
         print(f"waiting for {journal} ...", file=sys.stderr, flush=True)
     run: dict[str, Any] = {}
     if args.lines:
