@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 import trainmon
 from conftest import torchrun as run_torchrun
@@ -38,6 +39,23 @@ def tensorboard_scalars(folder: Path) -> dict[str, dict[int, float]]:
         tag: {event.step: event.value for event in acc.Scalars(tag)}
         for tag in acc.Tags()["scalars"]
     }
+
+
+def recorded_hparams(journal: Path, board: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The hyper-parameters as the journal holds them (its ``hparams`` records merged) and as
+    TensorBoard's HParams dashboard reads them (the session-start plugin data)."""
+    from_journal: dict[str, Any] = {}
+    for record in trainmon.read_journal(journal):
+        if record["kind"] == "hparams":
+            from_journal.update(record["hparams"])
+    acc = EventAccumulator(str(board))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    start = hparams_metadata.parse_session_start_info_plugin_data(
+        content[hparams_metadata.SESSION_START_INFO_TAG]
+    )
+    from_board = {k: getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+    return from_journal, from_board
 
 
 def torchrun(script: Path, nproc: int, *args: str, timeout: float = 180) -> str:

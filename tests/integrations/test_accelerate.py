@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import SCRIPTS, journal_steps, tensorboard_scalars, torchrun
+from helpers import SCRIPTS, journal_steps, recorded_hparams, tensorboard_scalars, torchrun
 
 pytest.importorskip("accelerate")
 sys.path.insert(0, str(SCRIPTS))
@@ -18,7 +18,7 @@ import accelerate_worker
 
 def check_logged(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Every number given to accelerator.log is in the journal and TensorBoard at its step;
-    text values are left out; the run was closed by end_training (the journal is complete)."""
+    text values are left out; the hyper-parameters are recorded; the run was closed by end_training (the journal is complete)."""
     journal = journal_steps(out / "job")
     board = tensorboard_scalars(out / "tb" / "job")
     for entry in record["logged"]:
@@ -28,6 +28,10 @@ def check_logged(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]
             assert board[name][step] == pytest.approx(entry[name], rel=1e-6)
         assert "note" not in journal[step]
     assert record["init_configuration"] == {"lr": 0.05, "batch": accelerate_worker.BATCH}
+    # init_trackers(config=...) reaches the journal and TensorBoard's HParams dashboard
+    from_journal, from_board = recorded_hparams(out / "job", out / "tb" / "job")
+    assert from_journal == {"lr": 0.05, "batch": accelerate_worker.BATCH}
+    assert from_board == {"lr": 0.05, "batch": float(accelerate_worker.BATCH)}
     return journal
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PARTS, SCRIPTS, journal_steps, tensorboard_scalars
+from helpers import PARTS, SCRIPTS, journal_steps, recorded_hparams, tensorboard_scalars
 
 pytest.importorskip("trainmon.integrations.lightning")
 sys.path.insert(0, str(SCRIPTS))
@@ -24,22 +24,35 @@ from trainmon.journal import read_journal
 
 def check_logged_like_lightning(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """What ``self.log`` logged (Lightning's CSVLogger rows) is in the journal and TensorBoard
-    with the same values, at the trainer's global step (the CSV's step + 1); the last values
-    are ``trainer.callback_metrics``."""
+    with the same values, at the trainer's global step (the CSV's step + 1); ``train/lr`` is
+    the rate LearningRateMonitor saw for each step; the hyper-parameters reach the journal and
+    TensorBoard's HParams; the last values are ``trainer.callback_metrics``."""
     journal = journal_steps(out / "job")
     board = tensorboard_scalars(out / "tb" / "job")
     rows = list(csv.DictReader((out / "csv/lightning/version_0/metrics.csv").open()))
     compared = 0
+    rates = 0
     for row in rows:
         step = int(row["step"]) + 1
+        if row.get("lr-SGD"):  # LearningRateMonitor: the rate of the step about to run
+            assert journal[step]["train/lr"] == pytest.approx(float(row["lr-SGD"]), rel=1e-12)
+            assert board["train/lr"][step] == pytest.approx(float(row["lr-SGD"]), rel=1e-6)
+            rates += 1
         for name in ("train_loss", "val_loss"):
             if row.get(name):
                 assert journal[step][name] == float(row[name]), (name, step)
                 assert board[name][step] == pytest.approx(float(row[name]), rel=1e-6)
                 compared += 1
     assert compared >= record["global_step"]
+    assert rates == record["global_step"]  # train/lr at every step, the scheduler's decay
+    assert len({journal[s]["train/lr"] for s in range(1, record["global_step"] + 1)}) > 1
+    from_journal, from_board = recorded_hparams(out / "job", out / "tb" / "job")
+    assert from_journal == {"hidden": 32, "lr": 0.05}
+    assert from_board == {"hidden": 32.0, "lr": 0.05}
     last = record["global_step"]
     for name, value in record["callback_metrics"].items():
+        if name.startswith("lr-"):  # LearningRateMonitor logs at a batch's start: checked above
+            continue
         assert journal[last][name] == pytest.approx(value, rel=1e-6), name
     return journal
 

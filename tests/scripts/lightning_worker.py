@@ -20,6 +20,7 @@ from trainmon.integrations.lightning import PACKAGE, TrainmonCallback, TrainmonL
 
 pl: Any = __import__(PACKAGE, fromlist=["Trainer"])
 CSVLogger: Any = __import__(PACKAGE + ".loggers", fromlist=["CSVLogger"]).CSVLogger
+LearningRateMonitor: Any = __import__(PACKAGE + ".callbacks", fromlist=["x"]).LearningRateMonitor
 
 DATA_SLEEP_S = 0.01
 STEPS = 20
@@ -51,7 +52,9 @@ class Net(pl.LightningModule):  # type: ignore[misc]
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.05)
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        decay = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.97)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": decay, "interval": "step"}}
 
 
 def collate(rows: list[Any]) -> Any:
@@ -95,7 +98,7 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
         devices=devices,
         strategy="ddp" if devices > 1 else "auto",
         logger=[logger, CSVLogger(str(out / "csv"), name="lightning", version=0)],
-        callbacks=[TrainmonCallback(logger=logger)],
+        callbacks=[TrainmonCallback(logger=logger), LearningRateMonitor("step")],
         log_every_n_steps=1,
         val_check_interval=10,
         limit_val_batches=2,

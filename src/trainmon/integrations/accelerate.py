@@ -17,7 +17,7 @@ from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
 from trainmon.core.monitor import Monitor
 from trainmon.extras import require
-from trainmon.integrations.common import LazyMonitor
+from trainmon.integrations.common import record_hparams, LazyMonitor
 
 _tracking = require("accelerate.tracking", "accelerate", "trainmon.integrations.accelerate")
 GeneralTracker: Any = _tracking.GeneralTracker
@@ -75,8 +75,11 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
             )
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
-        """Keep the run's hyper-parameters in :attr:`init_configuration`."""
+        """Keep the run's hyper-parameters in :attr:`init_configuration` and record them with
+        ``Monitor.log_hparams`` (the journal, TensorBoard's HParams, W&B's config, MLflow's
+        params); a mapping trainmon cannot store is kept here only, with one warning."""
         self.init_configuration.update(values)
+        record_hparams(self._lazy.get(all_ranks_log=False), self.init_configuration)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:
         """Record the numbers in ``values`` at ``step`` (text values are left out)."""

@@ -7,11 +7,15 @@ Frameworks construct their callbacks and loggers before the process group exists
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.monitor import Monitor
+from trainmon.logging import get_logger
 from trainmon.writers.base import RunStatus
+
+_log = get_logger("integrations")
 
 
 class LazyMonitor:
@@ -53,3 +57,12 @@ def device_of(module: Any) -> Any:
     instrument times phases with CUDA events and reads CUDA memory on a CUDA device."""
     first = next(iter(module.parameters()), None) if module is not None else None
     return getattr(first, "device", None)
+
+
+def record_hparams(monitor: Monitor, hparams: Mapping[str, Any]) -> None:
+    """Give a framework's hyper-parameters to ``monitor.log_hparams``; a mapping it refuses
+    (a non-string key, a cycle) is skipped with one warning instead of failing the framework."""
+    try:
+        monitor.log_hparams(hparams)
+    except (TypeError, ValueError, RecursionError) as error:
+        _log.warning("hyper-parameters not recorded: %s", error)

@@ -26,7 +26,7 @@ from trainmon.config import ConfigSource
 from trainmon.core.monitor import Monitor
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
-from trainmon.integrations.common import LazyMonitor, device_of
+from trainmon.integrations.common import LazyMonitor, device_of, record_hparams
 from trainmon.logging import get_logger
 
 _log = get_logger("lightning")
@@ -116,8 +116,10 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
             self.experiment.log(values, step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
-        """Keep the hyper-parameters in :attr:`hyperparams`."""
+        """Keep the hyper-parameters in :attr:`hyperparams` and record them with
+        ``Monitor.log_hparams`` (journal, TensorBoard's HParams, W&B, MLflow)."""
         self.hyperparams.update(vars(params) if isinstance(params, Namespace) else dict(params))
+        record_hparams(self.experiment, self.hyperparams)
 
     def save(self) -> None:
         """Nothing to do: the monitor's background thread flushes by itself."""
@@ -134,7 +136,8 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
 class TrainmonCallback(_Callback):  # type: ignore[misc]
     """Drives a :class:`~trainmon.collect.instrument.StepInstrument` from Lightning's hooks.
 
-    Per optimizer step, at ``trainer.global_step``: ``perf/step_time_ms``,
+    Per optimizer step, at ``trainer.global_step``: ``train/lr`` (the first parameter
+    group's rate the step used), ``perf/step_time_ms``,
     ``perf/samples_per_sec`` (the samples of the step's batches, by Lightning's
     ``extract_batch_size``), ``train/grad_norm`` (global 2-norm before the optimizer step:
     device operations only, read in the background), ``train/loss`` (the step's loss from
@@ -166,6 +169,7 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         self._params: list[Any] = []
         self._same_kind = True
         self._validation_start: float | None = None
+        self._lr: float | None = None
 
     @property
     def monitor(self) -> Monitor | None:
@@ -229,6 +233,9 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         if inst is None:
             return
         inst.optimizer_begin()
+        # the rate this step uses: Lightning steps a per-step scheduler before on_train_batch_end
+        groups = getattr(optimizer, "param_groups", None)
+        self._lr = groups[0].get("lr") if groups else None
         grads = [p.grad for p in self._params if p.grad is not None]
         inst.record_grad_norm(total_grad_norm(grads, self._same_kind))
 
@@ -247,7 +254,7 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         if step != self._last_step:
             self._last_step = step
             inst.optimizer_end()
-            inst.step_end(step, samples=self._samples)
+            inst.step_end(step, samples=self._samples, lr=self._lr)
             self._samples = 0
             if inst.monitor.stop_reason is not None:
                 trainer.should_stop = True
