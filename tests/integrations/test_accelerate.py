@@ -18,7 +18,8 @@ import accelerate_worker
 
 def check_logged(out: Path, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Every number given to accelerator.log is in the journal and TensorBoard at its step;
-    text values are left out; the hyper-parameters are recorded; the run was closed by end_training (the journal is complete)."""
+    text values are left out; the hyper-parameters are recorded; the run was closed by
+    end_training (the journal is complete)."""
     journal = journal_steps(out / "job")
     board = tensorboard_scalars(out / "tb" / "job")
     for entry in record["logged"]:

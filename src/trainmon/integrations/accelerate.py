@@ -17,7 +17,7 @@ from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
 from trainmon.core.monitor import Monitor
 from trainmon.extras import require
-from trainmon.integrations.common import record_hparams, LazyMonitor
+from trainmon.integrations.common import LazyMonitor, record_hparams
 
 _tracking = require("accelerate.tracking", "accelerate", "trainmon.integrations.accelerate")
 GeneralTracker: Any = _tracking.GeneralTracker
