@@ -201,8 +201,9 @@ def test_checkpoint_carries_trainmon_state(one_process: tuple[Path, str]) -> Non
 @pytest.mark.parametrize("stage", ["0", "2"])
 def test_two_ranks_loss_is_the_data_parallel_mean(two_ranks: Path, stage: str) -> None:
     """Under torchrun with two ranks, train/loss is the mean over micro-batches and ranks,
-    windows carry cross-rank statistics (the gather did not desynchronise), and DeepSpeed's
-    events are written once, by rank 0."""
+    windows carry cross-rank statistics (the gather did not desynchronise), the breakdown's
+    nested part (backward_allreduce) stays within comm, and DeepSpeed's events are written
+    once, by rank 0."""
     out = two_ranks
     rank0, rank1 = truth(out, stage, 0), truth(out, stage, 1)
     steps = scalars(out / f"jsonl{stage}")
@@ -212,6 +213,12 @@ def test_two_ranks_loss_is_the_data_parallel_mean(two_ranks: Path, stage: str) -
         assert steps[index + 1]["train/loss"] == pytest.approx(sum(means) / 2, rel=1e-5)
         assert steps[index + 1]["train/grad_norm"] == pytest.approx(rank0["norm"][index], 1e-5)
         assert not math.isclose(means[0], means[1])
+        # parts within their whole: the reduction DeepSpeed runs at the boundary (a part of
+        # communication) never exceeds all communication; the disjoint parts fit the step
+        values = steps[index + 1]
+        assert values["perf/backward_allreduce_ms"] <= values["perf/comm_ms"], values
+        parts = [values[f"perf/{part}_ms"] for part in BREAKDOWN_PARTS]
+        assert sum(parts) <= values["perf/step_time_ms"] * 1.05 + 1.0, values
     assert steps[2]["perf/step_time_ms/max"] >= steps[2]["perf/step_time_ms/min"]
     assert steps[STEPS]["perf/job_samples_per_sec"] > 0
     assert sorted(p.name for p in out.glob(f"jsonl{stage}/**/metrics.jsonl")) == ["metrics.jsonl"]

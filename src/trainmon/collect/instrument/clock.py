@@ -41,6 +41,10 @@ class PhaseClock(Protocol):
     def take(self, now: float) -> list[float | Deferred]:
         """Milliseconds per phase (indexed like :data:`PHASES`); an open phase keeps running."""
 
+    def take_moved_comm_ms(self) -> float | None:
+        """Milliseconds of collectives taken out of non-comm phases since the previous call
+        (so ``comm`` phase + this is all communication); None when the clock cannot tell."""
+
 
 class NullPhaseClock:
     """No breakdown: only remembers when the first phase began (the first step's start)."""
@@ -62,6 +66,10 @@ class NullPhaseClock:
         """Nothing measured."""
         return []
 
+    def take_moved_comm_ms(self) -> float | None:
+        """Nothing measured."""
+        return None
+
 
 class HostPhaseClock:
     """Phase clock on ``time.perf_counter`` (the CPU, where work is done when a call returns).
@@ -70,7 +78,16 @@ class HostPhaseClock:
     that total during a segment of a non-comm phase is taken out of the segment.
     """
 
-    __slots__ = ("_comm_mark", "_comm_ms", "_current", "_mark", "_stack", "_totals", "first")
+    __slots__ = (
+        "_comm_mark",
+        "_comm_ms",
+        "_current",
+        "_mark",
+        "_moved",
+        "_stack",
+        "_totals",
+        "first",
+    )
 
     def __init__(self, comm_ms: Callable[[], float] | None = None) -> None:
         self._totals = [0.0] * len(PHASES)
@@ -79,6 +96,7 @@ class HostPhaseClock:
         self._mark = 0.0
         self._comm_mark = 0.0
         self._comm_ms = comm_ms
+        self._moved = 0.0
         self.first = -1.0
 
     def _close_segment(self, now: float) -> None:
@@ -88,7 +106,11 @@ class HostPhaseClock:
         if comm_ms is not None:
             total = comm_ms()
             if phase != COMM:
-                seconds -= (total - self._comm_mark) * 1e-3
+                # a collective inside this phase (ZeRO's reduce hooks in backward) counts in
+                # comm only: moved there, never more than the segment it ran in
+                moved = min(max(seconds, 0.0), (total - self._comm_mark) * 1e-3)
+                seconds -= moved
+                self._moved += moved
             self._comm_mark = total
         if seconds > 0.0:
             self._totals[phase] += seconds
@@ -138,6 +160,14 @@ class HostPhaseClock:
         self._totals = [0.0] * len(PHASES)
         return [seconds * 1e3 for seconds in totals]
 
+    def take_moved_comm_ms(self) -> float | None:
+        """Collective time moved out of other phases since the previous call (None without a
+        comm source: nothing is moved, and the comm phase is all the clock knows)."""
+        if self._comm_ms is None:
+            return None
+        moved, self._moved = self._moved, 0.0
+        return moved * 1e3
+
 
 class DevicePhaseClock:
     """Phase clock of span timers: CUDA events for the device phases, the host for data."""
@@ -183,6 +213,10 @@ class DevicePhaseClock:
             self._timers[current].stop()
             self._timers[current].start()
         return [timer.take() for timer in self._timers]
+
+    def take_moved_comm_ms(self) -> float | None:
+        """Device spans cannot be split by host-timed collectives: unknown."""
+        return None
 
 
 class CommSource(Protocol):

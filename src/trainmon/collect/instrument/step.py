@@ -16,12 +16,14 @@ from trainmon.collect.instrument.clock import (
     FORWARD,
     OPTIMIZER,
     CommSource,
+    PhaseClock,
     phase_clock,
 )
 from trainmon.collect.instrument.loss import LossAccumulator
 from trainmon.collect.instrument.memory import MemoryProbe
 from trainmon.collect.instrument.rates import Throughput
 from trainmon.core.cross_rank import release_default_group_references
+from trainmon.core.values import Deferred
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
@@ -227,7 +229,7 @@ class StepInstrument:
             add(("perf/forward_ms", forward))
             add(("perf/backward_inner_ms", backward))
             add(("perf/optimizer_ms", optimizer))
-            add(("perf/comm_ms", comm_phase if comm is None else comm))
+            add(("perf/comm_ms", _communication_ms(comm_phase, comm, self._clock)))
             if self._marks_comm:
                 add(("perf/backward_allreduce_ms", comm_phase))
             add(("perf/data_ms", data))
@@ -278,3 +280,30 @@ def _start_comms(monitor: Monitor) -> Any:
     )
     comms.install()
     return comms
+
+
+def _communication_ms(comm_phase: Any, collectives: Any, clock: PhaseClock) -> Any:
+    """All of the step's communication, the whole that ``perf/backward_allreduce_ms`` (the comm
+    phase) is a part of: the comm phase's span (collectives and the bookkeeping between them,
+    as in ZeRO's reduction epilogue) plus the collectives run inside other phases, and never
+    less than the collectives' own total (some run while no phase is open)."""
+    moved = clock.take_moved_comm_ms()
+    if collectives is None:
+        return comm_phase
+    if moved is not None and isinstance(comm_phase, float) and isinstance(collectives, float):
+        return max(collectives, comm_phase + moved)
+    return _LargestOf(comm_phase, collectives)
+
+
+class _LargestOf(Deferred):
+    """The larger of two timings resolved in the background (device spans, async completions)."""
+
+    __slots__ = ("_a", "_b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self._a, self._b = a, b
+
+    def resolve(self) -> float | None:
+        values = [v.resolve() if isinstance(v, Deferred) else v for v in (self._a, self._b)]
+        known = [float(v) for v in values if v is not None]
+        return max(known) if known else None
