@@ -513,8 +513,23 @@ class AlertRuleConfig(Settings):
         default="alert",
     )
     cooldown_s: float = setting(
-        "While the condition lasts, send the alert again after this many seconds.",
+        "While the condition lasts, send the alert again after this many seconds; a re-fire "
+        "this soon after the last firing notification (after a resolve) is not sent, only "
+        "counted in alerts/<name>.",
         default=300.0,
+        ge=0,
+        unit="seconds",
+    )
+    resolve_after: int | None = setting(
+        "Consecutive clear verdicts (steps; windows for growth) before a firing alert "
+        "resolves; null means one window (trainmon.window_steps or steps_per_print) for "
+        "per-step rules, 1 for growth and stall.",
+        default=None,
+        ge=1,
+    )
+    resolve_after_s: float = setting(
+        "And the condition must have been clear for at least this long before it resolves.",
+        default=0.0,
         ge=0,
         unit="seconds",
     )
@@ -549,7 +564,16 @@ def default_severity(kind: str, metric: str | None) -> Literal["warning", "criti
     return "warning"
 
 
-_RULE_COMMON = ("name", "kind", "severity", "action", "cooldown_s", "labels")
+_RULE_COMMON = (
+    "name",
+    "kind",
+    "severity",
+    "action",
+    "cooldown_s",
+    "resolve_after",
+    "resolve_after_s",
+    "labels",
+)
 _RULE_KEYS: dict[str, tuple[str, ...]] = {
     "threshold": ("metric", "op", "threshold", "for_steps"),
     "non_finite": ("metric", "for_steps"),

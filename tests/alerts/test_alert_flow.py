@@ -48,7 +48,10 @@ class Seen:
 
 
 def config_for(tmp_path: Path, rules: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    """JSONL into tmp_path/job, windows of 10 steps, the file sink when there is one."""
+    """JSONL into tmp_path/job, windows of 10 steps, the file sink when there is one; rules
+    resolve at the first clear verdict unless they say otherwise (the flapping guard has
+    tests of its own in test_flapping.py)."""
+    rules = [{"resolve_after": 1, **rule} for rule in rules]
     config: dict[str, Any] = {
         "steps_per_print": 10,
         "console": {"enabled": False},

@@ -224,7 +224,7 @@ def _alert_config(base: Path) -> dict[str, Any]:
     rules = [
         {"name": "spike", "metric": "m", "kind": "spike", "factor": 3.0, "window": 20,
          "min_samples": 10},
-        {"name": "high", "metric": "h", "op": ">", "threshold": 5.0},
+        {"name": "high", "metric": "h", "op": ">", "threshold": 5.0, "resolve_after": 1},
     ]  # fmt: skip
     return {
         "steps_per_print": 4,

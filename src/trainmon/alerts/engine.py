@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainmon.alerts.model import Alert
-from trainmon.alerts.rules import AlertTracker, Condition, build_condition
+from trainmon.alerts.rules import SUPPRESSED, AlertTracker, Condition, build_condition
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.collect.layer_stats import LayerHistory, explained
 from trainmon.config import AlertRuleConfig, TrainmonConfig
@@ -102,6 +102,8 @@ class AlertRouter:
         monitor = self._monitor()
         if monitor is not None and rule.action == "stop" and alert.state == "firing":
             monitor.request_stop(f"alert rule {rule.name!r}: {alert.message}")
+        if SUPPRESSED in alert.details:
+            return  # a re-fire within the cool-down: it stops and is counted, not notified
         if self.dispatcher is not None:
             try:
                 self.dispatcher.submit(alert)
@@ -144,10 +146,14 @@ class AlertEngine(Observer):
         job: str = "",
         rank: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        window_steps: int = 1,
     ) -> None:
         self._send = send
         self.watches = [
-            _Watch(rule, AlertTracker(rule, job=job, rank=rank, clock=clock))
+            _Watch(
+                rule,
+                AlertTracker(rule, job=job, rank=rank, clock=clock, window_steps=window_steps),
+            )
             for rule in rules
             if rule.kind != "stall"
         ]
@@ -298,8 +304,12 @@ class AlertSystem:
         run_dir: Path,
         job: str,
         rank: int,
+        window_steps: int = 1,
     ) -> None:
         self.rules = tuple(rules)
+        self.window_steps = window_steps
+        """Steps per window: how long a per-step rule's condition must stay clear to resolve
+        (unless the rule sets resolve_after)."""
         self.dispatcher = dispatcher
         self.run_dir = run_dir
         """Where stack files go: the run folder (see :func:`trainmon.writers.run_identity`),
@@ -316,7 +326,13 @@ class AlertSystem:
         router = AlertRouter(self.dispatcher, monitor)
         metric_rules = [r for r in self.rules if r.kind != "stall"]
         if self._evaluates and metric_rules:
-            self.engine = AlertEngine(metric_rules, router.send, job=self.job, rank=self.rank)
+            self.engine = AlertEngine(
+                metric_rules,
+                router.send,
+                job=self.job,
+                rank=self.rank,
+                window_steps=self.window_steps,
+            )
             monitor.add_observer(self.engine)
         stall_rules = [r for r in self.rules if r.kind == "stall"]
         if stall_rules:
@@ -432,4 +448,5 @@ def build_alerts(config: TrainmonConfig, place: ProcessPlace) -> AlertSystem | N
         run_dir=(run_dir if run_dir is not None else Path.cwd()).absolute(),
         job=job,
         rank=place.rank,
+        window_steps=config.trainmon.window_steps or config.steps_per_print,
     )

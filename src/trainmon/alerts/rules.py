@@ -10,6 +10,7 @@ semantics users rely on are in the README ("Alerts and callbacks").
 from __future__ import annotations
 
 import abc
+import dataclasses
 import itertools
 import math
 import operator
@@ -246,10 +247,18 @@ def build_condition(rule: AlertRuleConfig) -> Condition:
     raise ValueError(f"rule {rule.name!r}: kind {rule.kind!r} has no metric condition")
 
 
+#: ``Alert.details`` key of an alert the tracker decided not to notify (a re-fire within the
+#: cool-down, or the resolve of one): it still stops training and sets ``alerts/<rule>``.
+SUPPRESSED = "suppressed"
+
+
 class AlertTracker:
-    """Turns one rule's verdicts into alerts: ``firing`` once the condition has held for
-    ``for_steps`` verdicts in a row, again after ``cooldown_s`` while it lasts, ``resolved``
-    at the first verdict where it does not hold. Not thread-safe: one thread feeds it."""
+    """Turns one rule's verdicts into alerts, as Alertmanager users expect (pending → firing →
+    resolved): ``firing`` once the condition has held for ``for_steps`` verdicts in a row,
+    again after ``cooldown_s`` while it lasts; ``resolved`` once it has been clear for
+    ``resolve_after`` verdicts (and ``resolve_after_s`` seconds); a re-fire within
+    ``cooldown_s`` of the last firing notification comes back marked :data:`SUPPRESSED`.
+    Not thread-safe: one thread feeds it."""
 
     def __init__(
         self,
@@ -258,6 +267,7 @@ class AlertTracker:
         job: str = "",
         rank: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        window_steps: int = 1,
     ) -> None:
         self.rule = rule
         self.job = job
@@ -265,9 +275,18 @@ class AlertTracker:
         self.clock = clock
         self.active: Alert | None = None
         """The alert that is firing now, or None."""
+        per_step = rule.kind not in ("growth", "stall")
+        default = window_steps if per_step else 1
+        self.resolve_after = rule.resolve_after if rule.resolve_after is not None else default
         self._streak = 0
         self._sent_at = 0.0
         self._repeats = 0
+        self._clear = 0
+        self._clear_since: float | None = None
+        self._fired_at: float | None = None
+        self._quiet = False
+        #: alerts not notified (re-fires within the cool-down and their resolves)
+        self.suppressed = 0
 
     @property
     def firing(self) -> bool:
@@ -278,11 +297,15 @@ class AlertTracker:
         """Whether the rule is firing (the alert, as :meth:`Alert.as_dict`), its streak of met
         verdicts, and the cool-down's progress: what a resumed run needs so that a firing
         alert is neither sent again as new nor forgotten (its ``resolved`` still comes)."""
+        now = self.clock()
         return {
             "active": self.active.as_dict() if self.active is not None else None,
             "streak": self._streak,
             "repeats": self._repeats,
-            "since_sent_s": self.clock() - self._sent_at if self.active is not None else None,
+            "since_sent_s": now - self._sent_at if self.active is not None else None,
+            "clear": self._clear,
+            "quiet": self._quiet,
+            "since_fired_s": now - self._fired_at if self._fired_at is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -304,7 +327,14 @@ class AlertTracker:
         self._repeats = repeats
         self.active = _alert_from(active) if active is not None else None
         since = state.get("since_sent_s")
-        self._sent_at = self.clock() - (float(since) if isinstance(since, (int, float)) else 0.0)
+        now = self.clock()
+        self._sent_at = now - (float(since) if isinstance(since, (int, float)) else 0.0)
+        clear = state.get("clear", 0)
+        self._clear = clear if type(clear) is int and clear >= 0 else 0
+        self._clear_since = now if self._clear else None
+        self._quiet = state.get("quiet") is True
+        fired = state.get("since_fired_s")
+        self._fired_at = now - float(fired) if isinstance(fired, (int, float)) else None
 
     def update(
         self, verdict: Verdict | None, *, value: float | None, step: int | None, when: float
@@ -317,8 +347,18 @@ class AlertTracker:
             self._streak = 0
             if self.active is None:
                 return None
+            now = self.clock()
+            self._clear += 1
+            if self._clear_since is None:
+                self._clear_since = now
+            if self._clear < self.resolve_after or now - self._clear_since < rule.resolve_after_s:
+                return None  # still firing until it has been clear for a while (no flapping)
             self.active = None
-            return self._alert("resolved", verdict.text, verdict, value, step, when)
+            self._clear, self._clear_since = 0, None
+            resolved = self._alert("resolved", verdict.text, verdict, value, step, when)
+            quiet, self._quiet = self._quiet, False
+            return self._suppress(resolved) if quiet else resolved
+        self._clear, self._clear_since = 0, None
         self._streak += 1
         if self.active is None:
             if self._streak < rule.for_steps:
@@ -326,18 +366,31 @@ class AlertTracker:
             text = verdict.text
             if rule.for_steps > 1:
                 text += f", for {rule.for_steps} consecutive values"
-            self._sent_at = self.clock()
+            now = self.clock()
+            self._sent_at = now
             self._repeats = 0
             self.active = self._alert("firing", text, verdict, value, step, when)
+            fired_at = self._fired_at
+            self._quiet = fired_at is not None and now - fired_at < rule.cooldown_s
+            if self._quiet:
+                return self._suppress(self.active)
+            self._fired_at = now
             return self.active
         if self.clock() - self._sent_at < rule.cooldown_s:
             return None
-        self._sent_at = self.clock()
+        self._sent_at = self._fired_at = self.clock()
+        self._quiet = False  # past the cool-down: a lasting condition is notified again
         self._repeats += 1
         since = self.active.step
         message = f"still firing since step {since}: {verdict.text}"
         details = {"repeat": self._repeats, "since_step": since}
         return self._alert("firing", message, verdict, value, step, when, details)
+
+    def _suppress(self, alert: Alert) -> Alert:
+        """The same alert, marked as not to be notified (counted in :attr:`suppressed`)."""
+        self.suppressed += 1
+        reason = f"re-fired within cooldown_s ({self.rule.cooldown_s:g} s) of the last notice"
+        return dataclasses.replace(alert, details={**alert.details, SUPPRESSED: reason})
 
     def _alert(
         self,
