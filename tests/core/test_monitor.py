@@ -256,3 +256,43 @@ def test_pairs_and_triples_mixed_in_one_call(tmp_path: Path) -> None:
     journal = journal_values(tmp_path / "job")
     assert journal == {"a": [(5, 1.0)], "b": [(7, 2.0)], "c": [(5, 3.0)], "d": [(5, 1)]}
     assert type(journal["d"][0][1]) is int
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [True, 1.5, "3", torch.tensor(True), torch.tensor(2.0), torch.tensor([1, 2])],
+    ids=["bool", "float", "str", "bool-tensor", "float-tensor", "two-element-tensor"],
+)
+def test_step_setter_refuses_what_log_refuses(tmp_path: Path, bad: Any) -> None:
+    """monitor.step = x and log(..., step=x) apply one check: each refuses the same values."""
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        with pytest.raises(TypeError) as by_log:
+            monitor.log({"a": 1.0}, step=bad)
+        with pytest.raises(TypeError, match="Monitor.step") as by_setter:
+            monitor.step = bad
+        assert monitor.step == 0
+        assert str(by_log.value).split(": ", 1)[1] == str(by_setter.value).split(": ", 1)[1]
+
+
+def test_step_setter_refuses_a_sparse_tensor(tmp_path: Path) -> None:
+    """A sparse one-element tensor is not a step, for the setter as for log()."""
+    sparse = torch.tensor([3]).to_sparse()
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        with pytest.raises(TypeError, match="not one integer"):
+            monitor.log({"a": 1.0}, step=sparse)
+        with pytest.raises(TypeError, match="Monitor.step: step .* not one integer"):
+            monitor.step = sparse
+        monitor.step = torch.tensor(7)
+        assert monitor.step == 7 and type(monitor.step) is int
+
+
+def test_log_hparams_refuses_a_mapping_that_contains_itself(tmp_path: Path) -> None:
+    """A self-containing hyper-parameter dict is a ValueError naming the key path, not a
+    RecursionError; the same sub-mapping twice (not a cycle) is fine."""
+    shared = {"lr": 0.1}
+    looped: dict[str, Any] = {"model": {"width": 8}}
+    looped["model"]["again"] = looped
+    with trainmon.Monitor(local_config(tmp_path)) as monitor:
+        with pytest.raises(ValueError, match="'model.again' contains itself"):
+            monitor.log_hparams(looped)
+        monitor.log_hparams({"a": shared, "b": shared})

@@ -148,14 +148,10 @@ class Monitor:
     @step.setter
     def step(self, value: int) -> None:
         if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-            if isinstance(value, bool) or not hasattr(value, "__index__"):
-                raise TypeError(f"Monitor.step = {value!r}: expected an integer")
-            try:
-                value = operator.index(value)
-            except Exception as exc:
-                raise TypeError(f"Monitor.step = {value!r}: not one integer ({exc})") from None
-            if not INT64_MIN <= value <= INT64_MAX:
-                raise ValueError(f"Monitor.step = {value}: outside -2**63 <= step < 2**63")
+            # the one step check log(step=...) and write_events use: bool, float, sparse,
+            # several-element or non-integer tensors are refused alike
+            checked = check_step(value, "Monitor.step")
+            value = checked if type(checked) is int else operator.index(checked)
         self._step = value
         profiler = self._profiler  # a step boundary: one flag read unless a profile was asked
         if profiler is not None and profiler.armed:

@@ -221,6 +221,7 @@ def flatten_hparams(
     if not isinstance(hparams, Mapping):
         raise TypeError(f"{where}: expected a mapping of name to value, got {hparams!r}")
     flat: dict[str, HparamValue] = {}
+    open_mappings = {id(hparams)}  # the mappings being walked: one met again is a cycle
 
     def walk(prefix: str, mapping: Mapping[Any, Any]) -> None:
         for key, value in mapping.items():
@@ -231,7 +232,14 @@ def flatten_hparams(
                 )
             full = f"{prefix}.{key}" if prefix else key
             if isinstance(value, Mapping):
+                if id(value) in open_mappings:
+                    raise ValueError(
+                        f"{where}: {full!r} contains itself (a mapping that refers back to one "
+                        "that holds it); expected a tree of mappings"
+                    )
+                open_mappings.add(id(value))
                 walk(full, value)
+                open_mappings.discard(id(value))
             else:
                 flat[full] = _storable(value)
 
