@@ -900,6 +900,11 @@ class AlertsConfig(Settings):
         "Where alerts go, each a mapping with a type and that type's alerts.sinks[] keys below.",
         default_factory=lambda: [{"type": "console"}],
     )
+    health_checks: bool = setting(
+        "Built-in checks that need no rule: one console warning, naming the metric and the "
+        "first step, when train/loss or train/grad_norm is NaN or infinite.",
+        default=True,
+    )
 
     def check(self) -> None:
         """Each rule and sink is checked by its own settings class."""

@@ -17,6 +17,7 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.alerts.engine import AlertSystem, build_alerts
+from trainmon.alerts.health import NonFiniteWarning, call_time_stops, non_finite_float
 from trainmon.collect.profiler import ProfileOnDemand
 from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
@@ -134,8 +135,14 @@ class Monitor:
         self.callbacks: list[Callback] = []
         self._step_callbacks: list[Callback] = []
         self._stop_reason: str | None = None
+        # non_finite stop rules on plain floats, judged at the call (where rules evaluate)
+        self._call_time_stops: dict[str, str] = {}
         if self.alerts is not None:
             self.alerts.start(self)
+            if self.alerts.engine is not None:
+                self._call_time_stops = call_time_stops(self.alerts.rules)
+        if self.config.alerts.health_checks and writers:
+            self._pipeline.add_observer(NonFiniteWarning())
         _register(self)
 
     # ---- the hot path ----------------------------------------------------------------------
@@ -168,6 +175,10 @@ class Monitor:
             self._drop_unwritable(events)
             return
         items = events if type(events) is tuple else tuple(events)
+        if self._call_time_stops and self._stop_reason is None:
+            reason = non_finite_float(items, self._call_time_stops)
+            if reason is not None:
+                self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         tensors: list[Any] = []
         try:
@@ -219,6 +230,10 @@ class Monitor:
         ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
         count training steps and expect every rank to log them. Returns at once."""
         items = events if type(events) is tuple else tuple(events)
+        if self._call_time_stops and self._stop_reason is None:
+            reason = non_finite_float(items, self._call_time_stops)
+            if reason is not None:
+                self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
         try:
@@ -344,6 +359,10 @@ class Monitor:
         if self._unusable is not None:
             self._drop_unwritable(items)
             return
+        if self._call_time_stops and self._stop_reason is None:
+            reason = non_finite_float(items, self._call_time_stops)
+            if reason is not None:
+                self.request_stop(reason)
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
 
     def add_observer(self, observer: Observer) -> None:
