@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import local_config
 
 import trainmon
+from conftest import local_config
 
 
 def nan_run(tmp_path: Path, **extra: object) -> None:
