@@ -23,7 +23,7 @@ from trainmon.journal import read_journal
 
 def test_trainer_keys_get_trainmon_names() -> None:
     """The Trainer's keys map to trainmon's names; the run's average loss keeps its own name."""
-    assert metric_name("loss") == "train/loss"
+    assert metric_name("loss") == "train/logged_loss"
     assert metric_name("learning_rate") == "train/lr"
     assert metric_name("grad_norm") == "train/grad_norm"
     assert metric_name("eval_loss") == "eval/loss"
@@ -80,6 +80,9 @@ def test_one_process_matches_log_history_and_times_steps(tmp_path: Path) -> None
     total_ms = sum(journal[s]["perf/data_ms"] for s in steps)
     assert total_ms <= sum(sleeps.values()) * sleep_ms * 2.0
     assert statistics.median(journal[s]["perf/forward_ms"] for s in steps) > 0
+    # train/loss is read from the model's outputs: the same figure the Trainer logs per step
+    for s in steps:
+        assert journal[s]["train/loss"] == pytest.approx(journal[s]["train/logged_loss"], 1e-5)
     check_eval_and_save_spans(tmp_path, record)
 
 
@@ -110,6 +113,20 @@ def test_an_alert_stop_ends_training(tmp_path: Path) -> None:
     journal = journal_steps(tmp_path / "job")
     timed = [step for step, values in journal.items() if "perf/step_time_ms" in values]
     assert max(timed) == record["global_step"]
+
+
+@pytest.mark.slow
+def test_a_nan_stops_training_despite_the_trainers_nan_filter(tmp_path: Path) -> None:
+    """Default TrainingArguments (logging_nan_inf_filter on): once the weights are NaN the
+    Trainer logs a stand-in loss, but train/loss is the model's raw NaN, so a non_finite stop
+    rule ends training within a few steps of it."""
+    record = hf_worker.train(tmp_path, "nan")
+    assert hf_worker.NAN_AT < record["global_step"] <= hf_worker.NAN_AT + 3
+    journal = journal_steps(tmp_path / "job")
+    first_nan = hf_worker.NAN_AT + 1
+    assert math.isnan(journal[first_nan]["train/loss"])
+    assert not math.isnan(journal[first_nan]["train/logged_loss"])  # the filter's stand-in
+    assert all(math.isfinite(journal[s]["train/loss"]) for s in range(1, first_nan))
 
 
 @pytest.mark.slow

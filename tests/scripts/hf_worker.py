@@ -72,6 +72,22 @@ class CountSleeps(TrainerCallback):  # type: ignore[misc]
         self._mark = COLLATES[0]
 
 
+NAN_AT = 5  # mode "nan": the weights become NaN after this step
+
+
+class PoisonAt(TrainerCallback):  # type: ignore[misc]
+    """Turns every weight NaN at the end of one step, as a diverging run would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            with torch.no_grad():
+                for parameter in kwargs["model"].parameters():
+                    parameter.fill_(float("nan"))
+
+
 def train(out: Path, mode: str = "plain") -> dict[str, Any]:
     """Train 20 steps (fewer when an alert stops it); the Trainer's own record of the run."""
     torch.manual_seed(0)
@@ -83,6 +99,13 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         "tensorboard": {"enabled": True, "output_path": str(out / "tb"), "job_name": "job"},
         "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
     }
+    if mode == "nan":
+        config["alerts"] = {
+            "rules": [
+                {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
+            ],
+            "sinks": [],
+        }
     if mode == "stop":
         config["alerts"] = {
             "rules": [
@@ -119,6 +142,7 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
     )
     callback = TrainmonCallback(config)
     sleeps = CountSleeps()
+    extra = [PoisonAt(NAN_AT)] if mode == "nan" else []
     COLLATES[0] = 0
     COLLATED_AT.clear()
     trainer = Trainer(
@@ -127,7 +151,7 @@ def train(out: Path, mode: str = "plain") -> dict[str, Any]:
         train_dataset=Tokens(STEPS * MICRO * GAS * world, 0),
         eval_dataset=Tokens(8, 1),
         data_collator=collate,
-        callbacks=[sleeps, callback],
+        callbacks=[sleeps, callback, *extra],
     )
     started = time.perf_counter()
     trainer.train()

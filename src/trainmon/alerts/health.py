@@ -45,7 +45,7 @@ class NonFiniteWarning(Observer):
                     unwarned.discard(metric)
                     _log.warning(
                         "%s is %s at step %d (its first non-finite value): training is "
-                        "probably diverging; add a non_finite rule with \"action\": \"stop\" "
+                        'probably diverging; add a non_finite rule with "action": "stop" '
                         "to stop it (alerts.health_checks: false silences this check)",
                         metric,
                         value,

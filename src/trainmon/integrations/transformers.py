@@ -23,7 +23,9 @@ TrainerCallback: Any = _transformers.TrainerCallback
 
 #: The Trainer's log keys that have a trainmon name of their own.
 _RENAMED = {
-    "loss": "train/loss",
+    # log_history's loss: NaN/inf filtered (logging_nan_inf_filter) and averaged over the
+    # logging interval; train/loss is the raw per-step loss read from the model's outputs
+    "loss": "train/logged_loss",
     "learning_rate": "train/lr",
     "grad_norm": "train/grad_norm",
     "epoch": "train/epoch",
@@ -34,9 +36,10 @@ _PREFIXES = (("eval_", "eval/"), ("test_", "test/"), ("predict_", "predict/"))
 def metric_name(key: str) -> str:
     """The trainmon name of a Trainer log key.
 
-    ``loss``, ``learning_rate``, ``grad_norm``, ``epoch`` become ``train/loss``, ``train/lr``,
-    ``train/grad_norm``, ``train/epoch``; ``eval_<x>`` becomes ``eval/<x>`` (``test_``,
-    ``predict_`` alike); any other key ``k`` becomes ``train/<k>``, as the Trainer's own
+    ``loss``, ``learning_rate``, ``grad_norm``, ``epoch`` become ``train/logged_loss`` (the
+    Trainer's filtered, interval-averaged loss; ``train/loss`` is the raw per-step one),
+    ``train/lr``, ``train/grad_norm``, ``train/epoch``; ``eval_<x>`` becomes ``eval/<x>``
+    (``test_``, ``predict_`` alike); any other key ``k`` becomes ``train/<k>``, as the Trainer's own
     TensorBoard callback names it (so the end-of-training ``train_loss`` average is
     ``train/train_loss`` and never overwrites the last step's ``train/loss``).
     """
@@ -91,6 +94,8 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
         # wall time of the last step end, evaluation or save: where the next evaluation or
         # save began (the Trainer has no hook before them), for their journal spans
         self._since: float | None = None
+        # whether the model's outputs carried a loss (else the Trainer's is train/loss too)
+        self._raw = [False]
 
     @property
     def monitor(self) -> Monitor | None:
@@ -110,8 +115,10 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
             device=device_of(model),
         )
         inst.steps = state.global_step
-        if inst.breakdown and model is not None and not self._hooks:
-            self._hooks = _time_forwards(model, inst)
+        if model is not None and not self._hooks:
+            self._hooks = _read_losses(model, inst, args.gradient_accumulation_steps, self._raw)
+            if inst.breakdown:
+                self._hooks += _time_forwards(model, inst)
         inst.restart()
         inst.data_begin()
 
@@ -160,6 +167,8 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
         if monitor is None or not logs:
             return
         items = log_items(logs, state.global_step)
+        if not self._raw[0]:  # a custom compute_loss: no raw loss read, the Trainer's it is
+            items += [("train/loss", v, s) for name, v, s in items if name == "train/logged_loss"]
         if items:
             monitor.write_events(items)
 
@@ -184,6 +193,35 @@ class TrainmonCallback(TrainerCallback):  # type: ignore[misc]
         if self._monitor is not None and self._since is not None:
             self._monitor.record_span(kind, self._since, now)
         self._since = now
+
+
+def _read_losses(
+    model: Any, inst: StepInstrument, accumulation: int, seen: list[bool]
+) -> list[Any]:
+    """A forward hook giving each training forward's loss (``outputs.loss``, detached, never
+    read here) to the instrument, so ``train/loss`` is the raw per-step mean: a NaN shows as
+    NaN, which the Trainer's ``logging_nan_inf_filter`` would hide. With
+    ``num_items_in_batch`` the model's loss is a share of the step's: scaled back."""
+    import torch
+
+    grad_enabled = torch.is_grad_enabled
+    tensor = torch.Tensor
+
+    def after(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        if not (module.training and grad_enabled()):
+            return
+        loss = getattr(output, "loss", None)
+        if loss is None and isinstance(output, Mapping):
+            loss = output.get("loss")
+        if not isinstance(loss, tensor) or loss.numel() != 1:
+            return
+        seen[0] = True
+        loss = loss.detach()
+        if kwargs.get("num_items_in_batch") is not None and accumulation > 1:
+            loss = loss * accumulation  # the micro-batches' shares add up to the step's loss
+        inst.record_loss(loss)
+
+    return [model.register_forward_hook(after, with_kwargs=True)]
 
 
 def _time_forwards(model: Any, inst: StepInstrument) -> list[Any]:
