@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from trainmon.alerts.rules import format_number
 from trainmon.config import AlertRuleConfig
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import StepScalars
@@ -71,9 +72,10 @@ def call_time_stops(rules: Iterable[AlertRuleConfig]) -> dict[str, str]:
     }
 
 
-def non_finite_float(items: Iterable[Any], watched: Mapping[str, str]) -> str | None:
-    """The stop reason when one of ``items`` (``(name, value[, step])`` tuples) gives a watched
-    metric a NaN or infinite plain float, else None. Tensors are left to the background."""
+def non_finite_float(items: Iterable[Any], watched: Mapping[str, str], step: int) -> str | None:
+    """The stop reason (worded as the background rule words it) when one of ``items``
+    (``(name, value[, step])`` tuples; ``step`` for pairs) gives a watched metric a NaN or
+    infinite plain float, else None. Tensors are left to the background."""
     for item in items:
         if type(item) is not tuple or len(item) < 2:
             continue
@@ -81,5 +83,9 @@ def non_finite_float(items: Iterable[Any], watched: Mapping[str, str]) -> str | 
         if type(value) is float and not math.isfinite(value):
             rule = watched.get(item[0])
             if rule is not None:
-                return f"alert rule {rule!r}: {item[0]} is {value} (judged at the call)"
+                at = item[2] if len(item) > 2 else step
+                return (
+                    f"alert rule {rule!r}: {item[0]} = {format_number(value)} at step {at}, "
+                    "not a finite number"
+                )
     return None

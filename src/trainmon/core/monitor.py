@@ -176,7 +176,7 @@ class Monitor:
             return
         items = events if type(events) is tuple else tuple(events)
         if self._call_time_stops and self._stop_reason is None:
-            reason = non_finite_float(items, self._call_time_stops)
+            reason = non_finite_float(items, self._call_time_stops, self._step)
             if reason is not None:
                 self.request_stop(reason)  # lands at the next step boundary
         names = self._names
@@ -230,10 +230,6 @@ class Monitor:
         ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
         count training steps and expect every rank to log them. Returns at once."""
         items = events if type(events) is tuple else tuple(events)
-        if self._call_time_stops and self._stop_reason is None:
-            reason = non_finite_float(items, self._call_time_stops)
-            if reason is not None:
-                self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
         try:
@@ -360,7 +356,7 @@ class Monitor:
             self._drop_unwritable(items)
             return
         if self._call_time_stops and self._stop_reason is None:
-            reason = non_finite_float(items, self._call_time_stops)
+            reason = non_finite_float(items, self._call_time_stops, self._step)
             if reason is not None:
                 self.request_stop(reason)
         self._pipeline.put((time.time(), self._step, items, resolve), len(items))
