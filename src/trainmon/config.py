@@ -1176,11 +1176,23 @@ def _read_file(path: Path) -> Mapping[str, Any]:
 
 
 def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:
+    """Every section checked, and every mistake reported in one error (a section stops at its
+    first mistake; the others are still checked)."""
     kwargs: dict[str, Any] = {key: data[key] for key in _TOP_LEVEL if key in data}
+    errors: list[ConfigError] = []
     for key, section_type in _SECTIONS.items():
         if key in data:
-            kwargs[key] = _build_section(section_type, data[key], key, origin)
-    return construct(TrainmonConfig, {**kwargs, "raw": dict(data)}, "", prefix=f"{origin}: ")
+            try:
+                kwargs[key] = _build_section(section_type, data[key], key, origin)
+            except ConfigError as error:
+                errors.append(error)
+    try:
+        config = construct(TrainmonConfig, {**kwargs, "raw": dict(data)}, "", prefix=f"{origin}: ")
+    except ConfigError as error:
+        errors.append(error)
+    if errors:
+        raise ConfigError.of_all(errors)
+    return config
 
 
 def _build_section(section_type: type, value: Any, path: str, origin: str) -> Any:

@@ -5,13 +5,35 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from trainmon.redact import credentials_in
+
 
 class TrainmonError(Exception):
     """Base class of every error trainmon raises on purpose."""
 
 
 class ConfigError(TrainmonError, ValueError):
-    """A config key or value is wrong; the message names the key path, the value and the fix."""
+    """A config key or value is wrong; the message names the key path, the value and the fix.
+
+    Every message is redacted (user info and token-like query values of any URL in it are
+    masked), since a value quoted back may be a URL with credentials. ``problems`` holds each
+    mistake's message when one error reports several (``trainmon validate`` prints them all).
+    """
+
+    def __init__(self, message: str, problems: Iterable[str] = ()) -> None:
+        self.problems: tuple[str, ...] = tuple(credentials_in(p) for p in problems) or (
+            credentials_in(message),
+        )
+        super().__init__(credentials_in(message))
+
+    @classmethod
+    def of_all(cls, errors: list[ConfigError]) -> ConfigError:
+        """One error for several: the single one as it is, else one listing every problem."""
+        if len(errors) == 1:
+            return errors[0]
+        problems = [p for error in errors for p in error.problems]
+        listed = "\n".join(f"  - {p}" for p in problems)
+        return cls(f"{len(problems)} problems in the config:\n{listed}", problems)
 
 
 class MissingExtraError(TrainmonError, ImportError):

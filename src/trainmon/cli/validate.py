@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,17 +48,25 @@ def _field_names_with_enabled(config: TrainmonConfig) -> list[str]:
 
 
 def validate(args: argparse.Namespace) -> int:
-    """Print the effective monitoring setup; 1 when problems were found, else 0."""
+    """Print the effective monitoring setup and every mistake in one run: 2 when ``Monitor``
+    would refuse the config (each mistake listed with its key path), 1 when problems were
+    found (a near-miss of a known top-level key among them), else 0."""
     source = Path(args.config)
+    refused = refusals(source)
+    if refused:
+        count = f"{len(refused)} mistake{'s' if len(refused) > 1 else ''}"
+        print(f"trainmon validate: {source}: refused, {count}:", file=sys.stderr)
+        for problem in refused:
+            print(f"  - {problem}", file=sys.stderr)
+        return 2
     checked = check_config(source)
     if getattr(args, "strict", False) and checked.warnings:
         raise ConfigError(f"{source}: " + "; ".join(checked.warnings) + " (--strict)")
     lines, problems = describe(checked.config, source, checked)
+    # a near-miss of a known section is almost always a typo that silently disables it: an
+    # error here (Monitor keeps it a warning, as DeepSpeed accepts unknown keys)
+    problems = list(checked.warnings) + list(problems)
     print("\n".join(lines))
-    if checked.warnings:
-        print("\nwarnings:")
-        for warning in checked.warnings:
-            print(f"  - {warning}")
     if problems:
         print("\nproblems:")
         for problem in problems:
@@ -64,6 +74,30 @@ def validate(args: argparse.Namespace) -> int:
         return 1
     print("\nconfig OK")
     return 0
+
+
+def refusals(source: Path) -> list[str]:
+    """Every mistake for which ``Monitor`` refuses the config, each with its key path: the
+    config check (all sections) and each custom ``writers`` entry, checked as ``Monitor``
+    checks it before constructing it."""
+    try:
+        config = check_config(source).config
+    except ConfigError as error:
+        return list(error.problems)
+    found: list[str] = []
+    for index, spec in enumerate(config.writers or ()):
+        try:
+            factory, _ = writers.check_custom_writer(index, spec)
+            if not inspect.isclass(factory):
+                # a function may return anything: call it as Monitor does, and close what it
+                # built (a class is checked for write, flush and close without building it)
+                built = writers.build_custom_writer(index, spec)
+                built.close()
+        except ConfigError as error:
+            found += error.problems
+        except Exception as error:
+            found.append(f"'writers[{index}]': building it failed: {type(error).__name__}: {error}")
+    return found
 
 
 def _where(path: Path) -> str:

@@ -25,6 +25,7 @@ from trainmon.logging import get_logger
 from trainmon.writers.base import NullWriter, Writer, WriterGroup
 from trainmon.writers.custom import (
     build_custom_writer,
+    check_custom_writer,
     register_writer,
     registered_writers,
     unregister_writer,
@@ -36,7 +37,9 @@ __all__ = [
     "RunIdentity",
     "Writer",
     "WriterGroup",
+    "build_custom_writer",
     "build_writers",
+    "check_custom_writer",
     "register_writer",
     "registered_writers",
     "run_identity",

@@ -115,8 +115,11 @@ class _DuckWriter(Writer):
         return f"<{type(self.target).__name__} {self.location}>"
 
 
-def build_custom_writer(index: int, spec: Mapping[str, Any]) -> Writer:
-    """Build ``writers[index]`` from its spec (see the module docstring)."""
+def check_custom_writer(
+    index: int, spec: Mapping[str, Any]
+) -> tuple[WriterFactory, dict[str, Any]]:
+    """Everything :func:`build_custom_writer` checks before it constructs ``writers[index]``
+    (what ``trainmon validate`` checks too): the factory it names and its keyword arguments."""
     path = f"writers[{index}]"
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{path!r} = {spec!r}: expected a mapping such as {_EXAMPLE}")
@@ -132,6 +135,14 @@ def build_custom_writer(index: int, spec: Mapping[str, Any]) -> Writer:
     _check_arguments(factory, kwargs, path, target)
     if inspect.isclass(factory) and not issubclass(factory, Writer):
         _check_writer_type(factory, f"{path}.class", target)
+    return factory, kwargs
+
+
+def build_custom_writer(index: int, spec: Mapping[str, Any]) -> Writer:
+    """Build ``writers[index]`` from its spec (see the module docstring)."""
+    path = f"writers[{index}]"
+    factory, kwargs = check_custom_writer(index, spec)
+    target = str(spec.get("class"))
     try:
         built = factory(**kwargs)
     except TypeError as exc:
