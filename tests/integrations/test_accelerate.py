@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,19 @@ def test_one_process(tmp_path: Path) -> None:
         )
         assert values["mem/rss_mb"] > 0
     assert sum(journal[s]["perf/step_time_ms"] for s in steps) <= record["wall_s"] * 1e3
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_at_the_step_that_logged_it(tmp_path: Path) -> None:
+    """Accelerate passes the loop's numbers through as they are: the NaN loss (a float from
+    loss.item()) is judged at the call, so tracker.stop_reason is set at that very step."""
+    record = accelerate_worker.train(tmp_path, nan=True)
+    steps = [entry["step"] for entry in record["logged"]]
+    first_nan = accelerate_worker.NAN_AT + 1
+    assert steps[-1] == first_nan
+    assert math.isnan(record["logged"][-1]["train/loss"])
+    journal = journal_steps(tmp_path / "job")
+    assert math.isnan(journal[first_nan]["train/loss"])
 
 
 @pytest.mark.slow

@@ -228,6 +228,19 @@ def test_two_ranks_loss_is_the_data_parallel_mean(two_ranks: Path, stage: str) -
     assert tb_series(acc, "Eval/loss") == [(rank0["eval_samples"][0], 0.25)]
 
 
+def test_a_nan_loss_stops_training_within_a_few_steps(one_process: tuple[Path, str]) -> None:
+    """Under attach, train/loss is the loss each backward got (DeepSpeed hides nothing in fp32):
+    once the weights are NaN the journal shows NaN and a non_finite stop rule ends training
+    within 3 steps."""
+    out, _ = one_process
+    stopped_at = truth(out, "nan")["stopped_at"][0]
+    first_nan = 6  # deepspeed_worker.NAN_AT + 1
+    assert stopped_at is not None and first_nan <= stopped_at <= first_nan + 3
+    steps = scalars(out / "nan-jsonl")
+    assert math.isnan(steps[first_nan]["train/loss"])
+    assert all(math.isfinite(steps[s]["train/loss"]) for s in range(1, first_nan))
+
+
 def test_stop_rule_stops_training_and_refuses_a_checkpoint(one_process: tuple[Path, str]) -> None:
     """An "action": "stop" rule raises TrainingStopped from engine.step() a few steps after the
     value; callbacks saw every step until then; save_checkpoint afterwards saves nothing."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,18 @@ def test_an_alert_stop_sets_should_stop(tmp_path: Path) -> None:
     journal = journal_steps(tmp_path / "job")
     fired = min(s for s, v in journal.items() if v.get("train_loss", 9.0) < 2.0)
     assert fired <= record["global_step"] < lightning_worker.STEPS
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_the_fit_within_a_few_steps(tmp_path: Path) -> None:
+    """Lightning hands the callback the raw loss (no NaN filter): once the weights are NaN,
+    train/loss is NaN in the journal and a non_finite stop rule ends fitting within 3 steps."""
+    record = lightning_worker.fit(tmp_path, mode="nan")
+    first_nan = lightning_worker.NAN_AT + 1
+    assert first_nan <= record["global_step"] <= first_nan + 3
+    journal = journal_steps(tmp_path / "job")
+    assert math.isnan(journal[first_nan]["train/loss"])
+    assert all(math.isfinite(journal[s]["train/loss"]) for s in range(1, first_nan))
 
 
 @pytest.mark.slow

@@ -20,14 +20,22 @@ BATCH = 8
 STEP_SLEEP_S = 0.01
 
 
-def train(out: Path) -> dict[str, Any]:
-    """Train 20 steps, logging loss and learning rate each step; what was logged."""
+NAN_AT = 5  # nan=True: the weights turn NaN after this step
+
+
+def train(out: Path, nan: bool = False) -> dict[str, Any]:
+    """Train 20 steps, logging loss and learning rate each step; what was logged. With
+    ``nan``, the weights turn NaN after step NAN_AT and a non_finite stop rule watches the
+    loss; the loop stops when ``tracker.stop_reason`` says so."""
     torch.manual_seed(0)
     config = {
         "steps_per_print": 5,
         "tensorboard": {"enabled": True, "output_path": str(out / "tb"), "job_name": "job"},
         "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
     }
+    if nan:
+        rule = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
+        config["alerts"] = {"rules": [rule], "sinks": []}
     tracker = TrainmonTracker(config, samples_per_step=BATCH)
     accelerator = Accelerator(cpu=True, log_with=[tracker])
     accelerator.init_trackers("tiny", config={"lr": 0.05, "batch": BATCH})
@@ -48,6 +56,12 @@ def train(out: Path) -> dict[str, Any]:
         values = {"train/loss": loss.item(), "train/lr": 0.05, "note": "text is skipped"}
         accelerator.log(values, step=step)
         logged.append({"step": step, **values})
+        if nan and step == NAN_AT:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.fill_(float("nan"))
+        if tracker.stop_reason is not None:
+            break
     wall_s = time.perf_counter() - started
     accelerator.end_training()
     return {

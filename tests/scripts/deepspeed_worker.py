@@ -137,6 +137,7 @@ def main() -> None:
         result[stage] = truth
     if "alerts" in sys.argv[4:]:
         result["alerts"] = stop_scenario(out, world, rank)
+        result["nan"] = nan_scenario(out, world)
     (out / f"truth-rank{rank}.json").write_text(json.dumps(result))
 
 
@@ -186,6 +187,45 @@ def stop_scenario(out: Path, world: int, rank: int) -> dict[str, Any]:
         refused = True
     detach(engine)
     return {"stopped_at": [stopped_at], "callback_steps": counter.steps, "refused": [refused]}
+
+
+NAN_AT = 5  # nan_scenario: the weights turn NaN after this step
+
+
+def nan_scenario(out: Path, world: int) -> dict[str, Any]:
+    """The weights turn NaN after step NAN_AT; a non_finite stop rule on train/loss (the loss
+    tensor each backward gets, judged in the background) stops training."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 1)
+    engine, _, _, _ = deepspeed.initialize(
+        model=net, model_parameters=net.parameters(), config=ds_config(out, "0", world)
+    )
+    rule = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
+    trainmon.attach(
+        engine,
+        {
+            "tensorboard": {"job_name": "nan-tb"},
+            "csv_monitor": {"job_name": "nan-csv"},
+            "jsonl": {"enabled": True, "output_path": str(out), "job_name": "nan-jsonl"},
+            "alerts": {"rules": [rule], "sinks": []},
+        },
+    )
+    stopped_at = None
+    for _ in range(100):
+        try:
+            for _ in range(GAS):
+                engine.backward(engine(torch.randn(MICRO, 8)).pow(2).mean())
+                engine.step()
+        except trainmon.TrainingStopped:
+            stopped_at = int(engine.global_steps)
+            break
+        if int(engine.global_steps) == NAN_AT:
+            with torch.no_grad():
+                for parameter in net.parameters():
+                    parameter.fill_(float("nan"))
+        time.sleep(0.01)
+    detach(engine)
+    return {"stopped_at": [stopped_at]}
 
 
 if __name__ == "__main__":

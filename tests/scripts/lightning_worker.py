@@ -23,6 +23,7 @@ CSVLogger: Any = __import__(PACKAGE + ".loggers", fromlist=["CSVLogger"]).CSVLog
 LearningRateMonitor: Any = __import__(PACKAGE + ".callbacks", fromlist=["x"]).LearningRateMonitor
 
 DATA_SLEEP_S = 0.01
+NAN_AT = 5  # mode "nan": the weights turn NaN in the step after global_step 5
 STEPS = 20
 BATCH = 8
 VALIDATED_AT: list[float] = []  # the wall time of each validation batch (sanity check included)
@@ -38,7 +39,13 @@ class Net(pl.LightningModule):  # type: ignore[misc]
 
     fail_at: int | None = None
 
+    poison_at: int | None = None
+
     def training_step(self, batch: Any, idx: int) -> Any:
+        if self.global_step == self.poison_at:  # the weights diverge: NaN from here on
+            with torch.no_grad():
+                for parameter in self.parameters():
+                    parameter.fill_(float("nan"))
         if self.global_step == self.fail_at:
             raise RuntimeError(f"failing at step {self.global_step} on purpose")
         x, y = batch
@@ -78,6 +85,9 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
         "tensorboard": {"enabled": True, "output_path": str(out / "tb"), "job_name": "job"},
         "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
     }
+    if mode == "nan":
+        rule = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
+        config["alerts"] = {"rules": [rule], "sinks": []}
     if mode == "stop":
         config["alerts"] = {
             "rules": [
@@ -109,6 +119,8 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
     net = Net()
     if mode == "fail":
         net.fail_at = 5
+    if mode == "nan":
+        net.poison_at = NAN_AT
     VALIDATED_AT.clear()
     started = time.perf_counter()
     trainer.fit(net, loader(STEPS * BATCH * devices, 0), loader(2 * BATCH, 1))
