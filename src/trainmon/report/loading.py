@@ -23,6 +23,7 @@ import orjson
 
 from trainmon.alerts.model import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
+from trainmon.report.agree import settle
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
@@ -36,7 +37,10 @@ def load_run(path: str | os.PathLike[str], name: str | None = None, *, verify: b
 
     ``verify=False`` skips the CRC checks of TensorBoard event files (the CLI's ``--fast``).
     """
-    target = Path(path)
+    return settle(_load_run(Path(path), name, verify=verify))
+
+
+def _load_run(target: Path, name: str | None, *, verify: bool) -> Run:
     journal, note = find_journal(target)
     if journal is not None:
         run = load_journal(journal, name or (target.name if note else None))

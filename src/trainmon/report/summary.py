@@ -21,6 +21,7 @@ from itertools import accumulate, pairwise
 from typing import Any
 
 from trainmon.core.aggregate import is_rate
+from trainmon.report.agree import step_axis
 from trainmon.report.downsample import profile
 from trainmon.report.model import (
     BREAKDOWN,
@@ -318,8 +319,11 @@ def summarize(run: Run) -> RunSummary:
         if metric.removesuffix("/max") not in seen:
             seen.add(metric.removesuffix("/max"))
             memory.append(figure)
-    first = min((m.first_step for m in metrics), default=None)
-    last = max((m.last_step for m in metrics), default=None)
+    # the range is the training steps': DeepSpeed's Train/Samples/* count samples
+    axis = step_axis(run.series)
+    on_steps = [m for m in metrics if m.name in axis] or metrics
+    first = min((m.first_step for m in on_steps), default=None)
+    last = max((m.last_step for m in on_steps), default=None)
     duration = (
         run.end_time - run.start_time
         if run.start_time is not None and run.end_time is not None
