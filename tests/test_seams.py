@@ -240,6 +240,8 @@ LAYER_MAY_IMPORT = {
 #: (module, import) -> why this module may reach across the rule above.
 LAYER_EXCEPTIONS = {
     ("core/monitor.py", "alerts.engine"): "the Monitor facade starts the alert system",
+    ("core/monitor.py", "alerts.health"): "the facade adds the built-in health checks and "
+    "judges non_finite stop rules on floats at the call",
     ("core/monitor.py", "collect.timing"): "the Monitor facade hands out timers",
     ("core/monitor.py", "collect.system"): "the Monitor facade starts the system-metrics sampler",
     ("core/monitor.py", "collect.profiler"): "the Monitor facade listens for profile requests",

@@ -265,7 +265,9 @@ def test_a_lower_step_is_left_out_of_wandb_with_one_warning(shared_run: SharedRu
     assert [(r["step"], r["values"]["eval/acc"]) for r in late] == [(1, 0.5)]
     dropped = [w for w in shared_run.warnings if "increasing steps" in w]
     assert len(dropped) == 1 and "step 1" in dropped[0]
-    assert len(shared_run.warnings) == 1  # WANDB_MODE=offline: no fallback warning
+    # WANDB_MODE=offline: no fallback warning; the NaN the run logs on purpose gets the
+    # built-in health check's warning, which is not W&B's
+    assert [w for w in shared_run.warnings if "first non-finite value" not in w] == dropped
 
 
 @needs_wandb
