@@ -4,19 +4,19 @@
 imports its SDK only when it is enabled.
 """
 
-from trainmon.alerts.model import Alert
 from trainmon.collect.instrument import StepInstrument
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.alert import Alert
 from trainmon.core.callbacks import Callback
 from trainmon.core.events import AttemptEnd, Histogram, Hparams, Progress, Span, StepScalars, Text
-from trainmon.core.monitor import Monitor
+from trainmon.core.writer import NullWriter, Writer
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.integrations.deepspeed import attach
 from trainmon.integrations.engine import TrainmonEngine, initialize
 from trainmon.journal import read_journal
+from trainmon.monitor import Monitor
 from trainmon.version import __version__
-from trainmon.writers.base import NullWriter, Writer
 
 __all__ = [
     "Alert",

@@ -12,7 +12,7 @@ from typing import Literal
 
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import Extra, Number, StepScalars
-from trainmon.writers.base import RunStatus, Writer
+from trainmon.core.writer import RunStatus, Writer
 
 __all__ = ["MemoryWriter"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.alerts.model import Alert
 from trainmon.core.aggregate import WindowStats
+from trainmon.core.alert import Alert
 from trainmon.core.place import ProcessPlace
 
 

@@ -10,9 +10,9 @@ import pytest
 
 import trainmon
 from trainmon.alerts.engine import AlertEngine
-from trainmon.alerts.model import Alert
 from trainmon.config import AlertRuleConfig
 from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.alert import Alert
 from trainmon.core.events import StepScalars
 
 # ---- configs: bad rules fail at start-up -----------------------------------------------------

@@ -15,9 +15,9 @@ import pytest
 import trainmon
 from trainmon import redact
 from trainmon.alerts.delivery import AlertDispatcher
-from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks import build_sinks
 from trainmon.cli import main
+from trainmon.core.alert import Alert
 
 SLACK_PATH = "/services/T0SECRET1/B0SECRET2/xoxbTokenValue42"
 QUERY_TOKEN = "abcdefSECRETtoken123"

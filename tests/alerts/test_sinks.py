@@ -33,8 +33,8 @@ from servers import (
 
 from trainmon import ConfigError
 from trainmon.alerts.delivery import AlertDispatcher
-from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks import build_dispatcher, build_sinks
+from trainmon.core.alert import Alert
 
 FAST: dict[str, Any] = {"backoff_s": 0.05, "max_backoff_s": 0.1}
 PASSWORD = "pa55-Very-Secret-9f3c"

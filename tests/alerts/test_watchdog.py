@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import trainmon
-from trainmon.alerts.model import Alert
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.config import AlertRuleConfig
+from trainmon.core.alert import Alert
 
 WORKER = Path(__file__).resolve().parent.parent / "scripts" / "stall_worker.py"
 

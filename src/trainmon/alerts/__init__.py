@@ -6,7 +6,7 @@ alerts go, :mod:`trainmon.alerts.watchdog` the stall watchdog and its stack file
 """
 
 from trainmon.alerts.engine import AlertEngine, AlertSystem, build_alerts
-from trainmon.alerts.model import Alert
 from trainmon.alerts.watchdog import StallWatchdog
+from trainmon.core.alert import Alert
 
 __all__ = ["Alert", "AlertEngine", "AlertSystem", "StallWatchdog", "build_alerts"]

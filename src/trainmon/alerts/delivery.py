@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from trainmon import redact
-from trainmon.alerts.model import Alert
+from trainmon.core.alert import Alert
 from trainmon.logging import get_logger
 
 _log = get_logger("alerts")

@@ -1,7 +1,7 @@
 """The alert engine: rules on the monitor's background stream, the stall watchdog, delivery.
 
 :func:`build_alerts` turns ``config.alerts`` into an :class:`AlertSystem` (or None when there
-are no rules); the :class:`~trainmon.core.monitor.Monitor` starts it and closes it. On the rank that
+are no rules); the :class:`~trainmon.monitor.Monitor` starts it and closes it. On the rank that
 writes, an :class:`AlertEngine` watches the pipeline as an
 :class:`~trainmon.core.pipeline.Observer`; on every rank a
 :class:`~trainmon.alerts.watchdog.StallWatchdog` watches the training thread's progress.
@@ -40,19 +40,19 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trainmon.alerts.model import Alert
 from trainmon.alerts.rules import SUPPRESSED, AlertTracker, Condition, build_condition
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.collect.layer_stats import LayerHistory, explained
 from trainmon.config import AlertRuleConfig, TrainmonConfig
 from trainmon.core.aggregate import WindowStats
+from trainmon.core.alert import Alert
 from trainmon.core.events import StepScalars
 from trainmon.core.pipeline import Observer
 from trainmon.core.place import ProcessPlace, logging_rank, writes_on_rank
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.core.contracts import MonitorHandle
 
 __all__ = [
     "ALERT_METRIC_PREFIX",
@@ -90,9 +90,9 @@ def build_dispatcher(
 class AlertRouter:
     """Sends an alert where it goes: stop request, sinks, then the callbacks' ``on_alert``."""
 
-    def __init__(self, dispatcher: Dispatcher | None, monitor: Monitor | None = None) -> None:
+    def __init__(self, dispatcher: Dispatcher | None, monitor: MonitorHandle | None = None) -> None:
         self.dispatcher = dispatcher
-        self._monitor: Callable[[], Monitor | None] = (
+        self._monitor: Callable[[], MonitorHandle | None] = (
             weakref.ref(monitor) if monitor is not None else lambda: None
         )
         self._reported_callbacks: set[int] = set()
@@ -321,7 +321,7 @@ class AlertSystem:
         self.watchdog: StallWatchdog | None = None
         self._closed = False
 
-    def start(self, monitor: Monitor) -> None:
+    def start(self, monitor: MonitorHandle) -> None:
         """Watch ``monitor``: rules on its pipeline, the watchdog on its training thread."""
         router = AlertRouter(self.dispatcher, monitor)
         metric_rules = [r for r in self.rules if r.kind != "stall"]
@@ -392,7 +392,7 @@ class AlertSystem:
         return {f"alert sink {name}": count for name, count in lost.items() if count}
 
 
-def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:
+def _progress_of(monitor: MonitorHandle) -> Callable[[], tuple[int, int]]:
     """:meth:`Monitor.progress` without keeping the monitor alive: the watchdog thread must not
     stop a dropped monitor from being collected (it then sees no progress, and stops anyway)."""
     ref = weakref.ref(monitor)
@@ -408,7 +408,7 @@ def _progress_of(monitor: Monitor) -> Callable[[], tuple[int, int]]:
     return progress
 
 
-def _metric_writer(monitor: Monitor) -> Callable[[str, float, int], None]:
+def _metric_writer(monitor: MonitorHandle) -> Callable[[str, float, int], None]:
     """Queue ``alerts/<name>`` from the watchdog's thread (the pipeline then writes it)."""
     ref = weakref.ref(monitor)
 

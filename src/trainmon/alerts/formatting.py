@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from trainmon.alerts.model import Alert
+from trainmon.core.alert import Alert
 
 
 def alert_time(alert: Alert) -> float:

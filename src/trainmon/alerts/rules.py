@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmon.alerts.model import Alert
 from trainmon.config import AlertRuleConfig
+from trainmon.core.alert import Alert
 
 __all__ = [
     "AlertTracker",

@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.alerts.hang import HangVerdict, build_record, diagnose, read_records, write_record
-from trainmon.alerts.model import Alert
 from trainmon.alerts.rules import AlertTracker, Verdict
 from trainmon.config import AlertRuleConfig
 from trainmon.core.activity import COLLECTIVES, CollectiveActivity
+from trainmon.core.alert import Alert
 from trainmon.logging import get_logger
 
 __all__ = ["MIN_INTERVALS", "StallWatchdog", "dump_stacks", "stack_file_path"]

@@ -34,8 +34,8 @@ import orjson
 from trainmon.cli.replay import Replay, load_replay
 from trainmon.config import MlflowConfig, WandbConfig
 from trainmon.core.events import Extra, Histogram, StepScalars
+from trainmon.core.writer import Writer
 from trainmon.report.model import RunError
-from trainmon.writers.base import Writer
 
 BACKENDS = ("tensorboard", "mlflow", "wandb", "csv")
 #: The MLflow tag (and W&B run id) that ties a synced run to its journal.

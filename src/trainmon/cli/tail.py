@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from trainmon.alerts.model import ALERTS_FILE
 from trainmon.core.aggregate import MetricStats, WindowStats
+from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, decode_value
 from trainmon.report.attempts import Restart
 from trainmon.report.loading import find_journal, parse_alert_lines

@@ -32,7 +32,7 @@ from trainmon.core.values import Deferred
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.core.contracts import MonitorHandle
 
 _log = get_logger("comms")
 
@@ -368,7 +368,7 @@ class CommsLogger:
     """
 
     def __init__(
-        self, config: CommsLoggerConfig, monitor: Monitor, record_stats: bool = True
+        self, config: CommsLoggerConfig, monitor: MonitorHandle, record_stats: bool = True
     ) -> None:
         self.config = config
         self._monitor = monitor

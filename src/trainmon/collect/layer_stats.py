@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from trainmon.core.events import StepScalars
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.core.contracts import MonitorHandle
 
 PREFIX = "layers/"
 _GRAD, _WEIGHT, _UPDATE = "/grad_norm", "/weight_norm", "/update_ratio"
@@ -46,7 +46,7 @@ class LayerWatcher:
 
     def __init__(
         self,
-        monitor: Monitor,
+        monitor: MonitorHandle,
         model: Any,
         optimizer: Any,
         every: int,

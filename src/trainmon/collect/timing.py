@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.core.contracts import MonitorHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,7 +32,7 @@ class Timer:
 
     __slots__ = ("_monitor", "_started", "metric")
 
-    def __init__(self, monitor: Monitor, name: str) -> None:
+    def __init__(self, monitor: MonitorHandle, name: str) -> None:
         self._monitor = monitor
         self.metric = timer_metric(name)
         self._started = 0.0

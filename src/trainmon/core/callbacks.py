@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainmon.alerts.model import Alert
 from trainmon.core.aggregate import WindowStats
+from trainmon.core.alert import Alert
 
 HOOKS = ("on_step_end", "on_window_end", "on_alert")
 

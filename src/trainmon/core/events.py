@@ -107,5 +107,5 @@ class AttemptEnd:
     stop_reason: str | None = None
 
 
-#: What :meth:`~trainmon.writers.base.Writer.write_extras` receives.
+#: What :meth:`~trainmon.core.writer.Writer.write_extras` receives.
 Extra = Histogram | Text | Hparams | Progress | Span | AttemptEnd

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.writers.base import Writer
+    from trainmon.core.writer import Writer
 
 _log = get_logger("checkpoint")
 

@@ -19,7 +19,7 @@ The queue is bounded in events: producers add to ``_enqueued`` and the consumer 
 ``_consumed``, so each counter has a single writer and no lock is needed (with several
 producing threads the bound is approximate by a few calls).
 
-From this thread each writer is reached through its own lane (:mod:`trainmon.writers.lanes`),
+From this thread each writer is reached through its own lane (:mod:`trainmon.core.lanes`),
 so a slow or hung writer never holds up this thread, the other writers or the caller.
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 from trainmon.config import PipelineConfig
 from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.core.events import Number, StepScalars
+from trainmon.core.lanes import FlushBarrier, WriterLanes
 from trainmon.core.records import Pending
 from trainmon.core.values import (
     CAPTURED,
@@ -44,9 +45,8 @@ from trainmon.core.values import (
     plain_number,
     resolve_tensors,
 )
+from trainmon.core.writer import RunStatus, Writer, WriterGroup
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus, Writer, WriterGroup
-from trainmon.writers.lanes import FlushBarrier, WriterLanes
 
 _log = get_logger("pipeline")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
-from trainmon.core.monitor import Monitor
 from trainmon.extras import require
 from trainmon.integrations.common import LazyMonitor, record_hparams
+from trainmon.monitor import Monitor
 
 _tracking = require("accelerate.tracking", "accelerate", "trainmon.integrations.accelerate")
 GeneralTracker: Any = _tracking.GeneralTracker

@@ -28,7 +28,7 @@ from trainmon.core.monitor_state import MONITOR_STATE_FORMAT, MONITOR_STATE_VERS
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.monitor import Monitor
 
 _log = get_logger("checkpoint")
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.core.monitor import Monitor
+from trainmon.core.writer import RunStatus
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus
+from trainmon.monitor import Monitor
 
 _log = get_logger("integrations")
 

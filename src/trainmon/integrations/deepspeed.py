@@ -36,11 +36,11 @@ from trainmon.collect.instrument import (
 )
 from trainmon.config import TrainmonConfig, load_config
 from trainmon.core.cross_rank import MONITORING_CALL
-from trainmon.core.monitor import Monitor
 from trainmon.core.values import Deferred
 from trainmon.errors import TrainmonError
 from trainmon.integrations.checkpoint import load_monitor_state, save_monitor_state
 from trainmon.logging import get_logger
+from trainmon.monitor import Monitor
 
 _log = get_logger("deepspeed")
 

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 from trainmon.collect.instrument import StepInstrument
 from trainmon.collect.instrument.gradnorm import grad_norm, norm_value
 from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.core.monitor import Monitor, run_status
 from trainmon.core.place import discover
+from trainmon.core.writer import RunStatus
 from trainmon.errors import ConfigError, TrainmonError, did_you_mean
 from trainmon.extras import require
 from trainmon.integrations import checkpoint
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus
+from trainmon.monitor import Monitor, run_status
 
 if TYPE_CHECKING:
     import torch

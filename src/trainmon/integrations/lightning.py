@@ -23,11 +23,11 @@ from typing import Any
 from trainmon.collect.instrument import StepInstrument
 from trainmon.collect.meters import total_grad_norm
 from trainmon.config import ConfigSource
-from trainmon.core.monitor import Monitor
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
 from trainmon.integrations.common import LazyMonitor, device_of, record_hparams
 from trainmon.logging import get_logger
+from trainmon.monitor import Monitor
 
 _log = get_logger("lightning")
 
@@ -174,7 +174,8 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
     @property
     def monitor(self) -> Monitor | None:
         """The monitor once fitting has started."""
-        return self._instrument.monitor if self._instrument is not None else None
+        lazy = self._lazy
+        return lazy.built if lazy is not None and self._instrument is not None else None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Share a :class:`TrainmonLogger`'s monitor if the trainer has one, else build one."""

@@ -13,10 +13,10 @@ from typing import Any
 
 from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
-from trainmon.core.monitor import Monitor
 from trainmon.core.pipeline import Item
 from trainmon.extras import require
 from trainmon.integrations.common import LazyMonitor, device_of
+from trainmon.monitor import Monitor
 
 _transformers = require("transformers", "transformers", "trainmon.integrations.transformers")
 TrainerCallback: Any = _transformers.TrainerCallback

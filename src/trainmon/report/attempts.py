@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainmon.alerts.model import ALERTS_FILE
+from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, read_journal
 from trainmon.report.loading import parse_alert_lines
 from trainmon.report.model import RunError

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from trainmon.alerts.model import ALERTS_FILE
+from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
 from trainmon.report.agree import settle
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv

@@ -15,14 +15,13 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from trainmon import extras, redact
-from trainmon.config import DEFAULT_JOB_NAME, OutputSection, TrainmonConfig
+from trainmon.config import TrainmonConfig
 from trainmon.core.place import ProcessPlace
+from trainmon.core.writer import NullWriter, Writer, WriterGroup
 from trainmon.errors import ConfigError, MissingExtraError
 from trainmon.logging import get_logger
-from trainmon.writers.base import NullWriter, Writer, WriterGroup
 from trainmon.writers.custom import (
     build_custom_writer,
     check_custom_writer,
@@ -31,6 +30,7 @@ from trainmon.writers.custom import (
     unregister_writer,
 )
 from trainmon.writers.deferred import DeferredWriter
+from trainmon.writers.identity import RunIdentity, run_dir, run_identity
 
 __all__ = [
     "NullWriter",
@@ -54,33 +54,6 @@ class _Backend:
     section: str
     build: Callable[[TrainmonConfig, ProcessPlace], Writer]
     where: Callable[[TrainmonConfig], str]
-
-
-def run_dir(config: TrainmonConfig, section: OutputSection, place: ProcessPlace) -> Path:
-    """``<output_path>/<job_name>``, plus ``rank-<r>`` when every rank writes its own output."""
-    base = section.job_dir()
-    return base / f"rank-{place.rank}" if config.trainmon.per_rank_output else base
-
-
-@dataclass(frozen=True)
-class RunIdentity:
-    """The run as every writer and alert sink names it: one name, one folder."""
-
-    name: str
-    run_dir: Path | None  # None when no file writer is enabled
-
-
-def run_identity(config: TrainmonConfig, place: ProcessPlace) -> RunIdentity:
-    """The run's name and folder, the one answer for W&B, MLflow, Comet, Prometheus and alerts.
-
-    Both come from the first enabled file writer, in the order JSONL, TensorBoard, CSV (its
-    ``job_name`` and :func:`run_dir`); with none enabled the name is DeepSpeed's default job
-    name and there is no folder.
-    """
-    for section in (config.jsonl, config.tensorboard, config.csv_monitor):
-        if section.enabled:
-            return RunIdentity(section.job_name, run_dir(config, section, place))
-    return RunIdentity(DEFAULT_JOB_NAME, None)
 
 
 def _tensorboard(config: TrainmonConfig, place: ProcessPlace) -> Writer:

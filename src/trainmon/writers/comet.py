@@ -16,9 +16,9 @@ from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, CometConfig, TrainmonConfig
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.place import ProcessPlace
+from trainmon.core.writer import Writer
 from trainmon.errors import ConfigError, first_line
 from trainmon.logging import get_logger
-from trainmon.writers.base import Writer
 
 _log = get_logger("comet")
 
@@ -79,7 +79,7 @@ class CometWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> CometWriter:
         """The writer for ``config.comet`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers import run_identity
+        from trainmon.writers.identity import run_identity
 
         return cls(
             config.comet,

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.core.events import Extra, Number, Progress, StepScalars
-from trainmon.writers.base import Writer
+from trainmon.core.writer import Writer
 
 #: The step's disjoint parts (label, metric, older name of the same part); what they leave of
 #: the step time is shown as "other".

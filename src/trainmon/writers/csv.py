@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 
 from trainmon.core.events import Number, StepScalars
-from trainmon.writers.base import Writer
+from trainmon.core.writer import Writer
 from trainmon.writers.files import (
     NO_SPACE,
     PENDING_BYTES,

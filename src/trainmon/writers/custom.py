@@ -16,8 +16,8 @@ from typing import Any
 
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import Extra, StepScalars
+from trainmon.core.writer import RunStatus, Writer
 from trainmon.errors import ConfigError, did_you_mean
-from trainmon.writers.base import RunStatus, Writer
 
 WriterFactory = Callable[..., Any]
 """A writer class, or any callable returning a writer, called with a spec's keyword arguments."""

@@ -14,8 +14,8 @@ from typing import Any
 from trainmon import redact
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import Extra, StepScalars
+from trainmon.core.writer import RunStatus, Writer
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus, Writer
 
 _log = get_logger("writers")
 _AUTH_VALUE = re.compile(r"((?:Basic|Bearer|Token)\s+)[A-Za-z0-9+/=._~-]+", re.IGNORECASE)

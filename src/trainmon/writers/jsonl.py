@@ -15,9 +15,9 @@ from typing import Any
 
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import AttemptEnd, Extra, Histogram, Hparams, Span, StepScalars, Text
+from trainmon.core.writer import Writer
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
-from trainmon.writers.base import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 
 #: Seconds without a line after which a flush writes a ``heartbeat`` (an idle run's sign of life).

@@ -25,8 +25,8 @@ from trainmon import extras, redact
 from trainmon.config import DEFAULT_JOB_NAME, MlflowConfig, TrainmonConfig
 from trainmon.core.events import Extra, Hparams, StepScalars
 from trainmon.core.place import ProcessPlace
+from trainmon.core.writer import RunStatus, Writer
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus, Writer
 
 #: Most metrics MLflow accepts in one ``log_batch`` request.
 MAX_METRICS_PER_BATCH = 1000
@@ -131,7 +131,7 @@ class MlflowWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> MlflowWriter:
         """The writer for ``config.mlflow`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers import run_identity
+        from trainmon.writers.identity import run_identity
 
         return cls(
             config.mlflow,

@@ -20,9 +20,9 @@ from trainmon import extras, redact
 from trainmon.config import PrometheusConfig, TrainmonConfig
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.place import ProcessPlace, local_rank
+from trainmon.core.writer import Writer
 from trainmon.errors import first_line
 from trainmon.logging import get_logger
-from trainmon.writers.base import Writer
 
 _log = get_logger("prometheus")
 
@@ -166,7 +166,7 @@ class PrometheusWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> PrometheusWriter:
         """The writer for ``config.prometheus`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers import run_identity
+        from trainmon.writers.identity import run_identity
 
         return cls(
             config.prometheus,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trainmon import extras
 from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
-from trainmon.writers.base import Writer
+from trainmon.core.writer import Writer
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 from trainmon.writers.tb_summaries import (
     histogram_summary,

@@ -21,9 +21,9 @@ from trainmon import extras
 from trainmon.config import DEFAULT_JOB_NAME, TrainmonConfig, WandbConfig
 from trainmon.core.events import Extra, Histogram, Hparams, Number, StepScalars, Text
 from trainmon.core.place import ProcessPlace
+from trainmon.core.writer import RunStatus, Writer
 from trainmon.errors import first_line
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus, Writer
 
 _log = get_logger("wandb")
 
@@ -87,7 +87,7 @@ class WandbWriter(Writer):
     @classmethod
     def from_config(cls, config: TrainmonConfig, place: ProcessPlace) -> WandbWriter:
         """The writer for ``config.wandb`` on this rank (the writer factory's entry point)."""
-        from trainmon.writers import run_identity
+        from trainmon.writers.identity import run_identity
 
         return cls(
             config.wandb,

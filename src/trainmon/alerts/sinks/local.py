@@ -10,7 +10,7 @@ from trainmon.alerts.formatting import (
     alert_title,
     json_bytes,
 )
-from trainmon.alerts.model import Alert
+from trainmon.core.alert import Alert
 from trainmon.logging import get_logger
 from trainmon.writers.files import AppendFile
 

@@ -19,8 +19,8 @@ from trainmon.alerts.formatting import (
     iso_time,
     json_bytes,
 )
-from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks.transport import http_send
+from trainmon.core.alert import Alert
 
 _PUSH_METRIC = "trainmon_alert"
 _PUSH_HELP = "1 while a trainmon alert rule is firing, 0 once it resolved."

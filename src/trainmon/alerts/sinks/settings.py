@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.alerts.delivery import AlertDispatcher, AlertSink
-from trainmon.alerts.model import ALERTS_FILE
 from trainmon.alerts.sinks.local import ConsoleSink, FileSink
 from trainmon.alerts.sinks.prometheus import AlertmanagerSink, PushgatewaySink
 from trainmon.alerts.sinks.smtp import EmailSink
@@ -25,6 +24,7 @@ from trainmon.config import (
     WebhookSinkSettings,
     parse_sinks,
 )
+from trainmon.core.alert import ALERTS_FILE
 
 
 def _sink(

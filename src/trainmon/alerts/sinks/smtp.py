@@ -16,9 +16,9 @@ from trainmon.alerts.formatting import (
     alert_time,
     alert_title,
 )
-from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks.transport import env_value
 from trainmon.config import SmtpSecurity
+from trainmon.core.alert import Alert
 
 SECURITY: tuple[str, ...] = typing.get_args(SmtpSecurity)
 _DEFAULT_SMTP_PORT = {"plain": 25, "starttls": 587, "ssl": 465}

@@ -24,9 +24,9 @@ from trainmon.alerts.formatting import (
     alert_title,
     json_bytes,
 )
-from trainmon.alerts.model import Alert
 from trainmon.alerts.sinks.transport import env_value, http_send
 from trainmon.config import WebhookFormat
+from trainmon.core.alert import Alert
 
 WEBHOOK_FORMATS: tuple[str, ...] = typing.get_args(WebhookFormat)
 

@@ -27,7 +27,7 @@ from trainmon.core.values import Deferred
 from trainmon.logging import get_logger
 
 if TYPE_CHECKING:
-    from trainmon.core.monitor import Monitor
+    from trainmon.core.contracts import MonitorHandle
 
 _log = get_logger("instrument")
 _clock = time.perf_counter
@@ -65,7 +65,7 @@ class StepInstrument:
 
     def __init__(
         self,
-        monitor: Monitor,
+        monitor: MonitorHandle,
         *,
         samples_per_step: float | None = None,
         device: Any = None,
@@ -269,7 +269,7 @@ def _distributed_initialised() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
-def _start_comms(monitor: Monitor) -> Any:
+def _start_comms(monitor: MonitorHandle) -> Any:
     """A collective logger timing every collective (statistics only with ``comms_logger``)."""
     config = monitor.config
     comms_module = importlib.import_module(

@@ -60,10 +60,10 @@ from trainmon.core.values import (
     is_tensor,
     plain_number,
 )
+from trainmon.core.writer import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.errors import TrainingStopped
 from trainmon.logging import get_logger
 from trainmon.writers import build_writers, run_identity
-from trainmon.writers.base import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.writers.custom import as_writer
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import Extra, StepScalars
+from trainmon.core.writer import RunStatus, Writer, WriterGroup
 from trainmon.logging import get_logger
-from trainmon.writers.base import RunStatus, Writer, WriterGroup
 
 _log = get_logger("writers")
 
