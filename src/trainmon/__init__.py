@@ -13,7 +13,8 @@ from trainmon.core.events import AttemptEnd, Histogram, Hparams, Progress, Span,
 from trainmon.core.writer import NullWriter, Writer
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.integrations.deepspeed import attach
-from trainmon.integrations.engine import TrainmonEngine, initialize
+from trainmon.integrations.engine import TrainmonEngine
+from trainmon.integrations.initialize import initialize
 from trainmon.journal import read_journal
 from trainmon.monitor import Monitor
 from trainmon.version import __version__

@@ -20,7 +20,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import trainmon
-from trainmon.integrations.engine import EngineUsageError, TrainmonEngine, resolve_batch_sizes
+from trainmon.integrations.engine import TrainmonEngine
+from trainmon.integrations.engine_setup import EngineUsageError, resolve_batch_sizes
 
 STEP_METRICS = {
     "train/loss",

@@ -4,8 +4,8 @@ A thin driver: what is measured per step lives in
 :class:`~trainmon.collect.instrument.StepInstrument`; the engine only calls its hooks around
 forward, backward, the gradient all-reduce and the optimizer step, and keeps DeepSpeed's
 bookkeeping (micro-batches, accumulation boundaries, fp16 loss scaling, checkpoints). The
-metrics it logs and how it differs from DeepSpeed are in the README ("Quick start: the
-seed's loop").
+metrics it logs and how it differs from DeepSpeed are in the docs (docs/getting-started.md,
+"The engine").
 """
 
 from __future__ import annotations
@@ -13,247 +13,31 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.collect.instrument import StepInstrument
 from trainmon.collect.instrument.gradnorm import grad_norm, norm_value
-from trainmon.config import ConfigSource, TrainmonConfig, load_config
+from trainmon.config import TrainmonConfig
 from trainmon.core.place import discover
 from trainmon.core.writer import RunStatus
-from trainmon.errors import ConfigError, TrainmonError, did_you_mean
-from trainmon.extras import require
+from trainmon.errors import ConfigError
 from trainmon.integrations import checkpoint
 from trainmon.logging import get_logger
 from trainmon.monitor import Monitor, run_status
 
 if TYPE_CHECKING:
     import torch
+from trainmon.integrations.engine_data import is_data_parallel, timed_loader_class
+from trainmon.integrations.engine_setup import (
+    BatchSizes,
+    EngineUsageError,
+    Precision,
+    read_precision,
+)
 
 _log = get_logger("engine")
-
-# Keyword arguments of ``deepspeed.initialize`` that trainmon accepts and does not need.
-_DEEPSPEED_KWARGS = frozenset(
-    {"args", "distributed_port", "mpu", "dist_init_required", "mesh_param", "config_params"}
-)
-_OPTIMIZER_TYPES = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"}
-_SCHEDULER_TYPES = {"warmuplr": "WarmupLR", "warmupdecaylr": "WarmupDecayLR"}
-
-
-class EngineUsageError(TrainmonError, RuntimeError):
-    """The engine was called in an order or with a value it cannot use; the message says the fix."""
-
-
-# ---- batch arithmetic ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BatchSizes:
-    """DeepSpeed's three batch numbers, consistent: ``train = micro * gas * world_size``."""
-
-    train_batch_size: int
-    micro_batch_size: int
-    gradient_accumulation_steps: int
-    world_size: int
-
-
-def resolve_batch_sizes(
-    train: int | None, micro: int | None, gas: int | None, world_size: int
-) -> BatchSizes:
-    """Fill in the missing batch numbers with DeepSpeed's rules, or raise showing the arithmetic.
-
-    Any two give the third; ``train_batch_size`` alone means one accumulation step; the micro
-    batch alone means one accumulation step; with neither batch size given the micro batch is 1
-    (``gradient_accumulation_steps`` alone keeps its value).
-    """
-    w = world_size
-    if train is None:
-        micro = 1 if micro is None else micro
-        gas = 1 if gas is None else gas
-        return BatchSizes(micro * gas * w, micro, gas, w)
-    if micro is not None and gas is not None:
-        if train != micro * gas * w:
-            raise ConfigError(
-                f"train_batch_size {train} != train_micro_batch_size_per_gpu {micro} * "
-                f"gradient_accumulation_steps {gas} * world_size {w} = {micro * gas * w}; "
-                f"change one of them so that the product matches, or leave one out and "
-                f"trainmon derives it"
-            )
-        return BatchSizes(train, micro, gas, w)
-    if micro is not None:
-        _check_divides(
-            train,
-            micro * w,
-            f"train_micro_batch_size_per_gpu {micro}",
-            w,
-            "gradient_accumulation_steps",
-        )
-        return BatchSizes(train, micro, train // (micro * w), w)
-    gas = 1 if gas is None else gas
-    what = f"gradient_accumulation_steps {gas}"
-    _check_divides(train, gas * w, what, w, "train_micro_batch_size_per_gpu")
-    return BatchSizes(train, train // (gas * w), gas, w)
-
-
-def _check_divides(train: int, divisor: int, what: str, w: int, derived: str) -> None:
-    if train % divisor == 0 and train >= divisor:
-        return
-    raise ConfigError(
-        f"train_batch_size {train} is not a multiple of {what} * world_size {w} = {divisor} "
-        f"({train} / {divisor} = {train / divisor:.4g}), so {derived} cannot be derived; "
-        f"make train_batch_size a multiple of {divisor} or give all three batch numbers"
-    )
-
-
-# ---- optimizer, scheduler and precision from the DeepSpeed config ----------------------------
-
-
-def build_optimizer(section: Any, params: Any) -> torch.optim.Optimizer:
-    """A torch optimizer from DeepSpeed's ``"optimizer": {"type": ..., "params": {...}}``.
-
-    As in DeepSpeed, ``"Adam"`` means decoupled weight decay (``torch.optim.AdamW``, weight decay
-    0 unless given) unless ``"adam_w_mode": false``; ``torch_adam`` is accepted and ignored.
-    """
-    import torch
-
-    if not isinstance(section, Mapping):
-        raise ConfigError(
-            f"'optimizer' = {section!r}: expected a mapping such as "
-            f'{{"type": "AdamW", "params": {{"lr": 0.001}}}}'
-        )
-    kind = section.get("type")
-    valid = ", ".join(_OPTIMIZER_TYPES.values())
-    if not isinstance(kind, str) or kind.lower() not in _OPTIMIZER_TYPES:
-        extra = did_you_mean(str(kind), list(_OPTIMIZER_TYPES.values()), start="; ")
-        raise ConfigError(
-            f"'optimizer.type' = {kind!r}: expected one of {valid} (any case){extra}, "
-            f"or pass optimizer= to trainmon.initialize"
-        )
-    given = section.get("params", {})
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"'optimizer.params' = {given!r}: expected a mapping of arguments")
-    kwargs = dict(given)
-    name = _OPTIMIZER_TYPES[kind.lower()]
-    if name == "Adam":
-        kwargs.pop("torch_adam", None)
-        if kwargs.pop("adam_w_mode", True):
-            name = "AdamW"
-            kwargs.setdefault("weight_decay", 0.0)
-    try:
-        optimizer: torch.optim.Optimizer = getattr(torch.optim, name)(params, **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"'optimizer.params' = {dict(given)!r}: torch.optim.{name} rejected them: {exc}"
-        ) from exc
-    return optimizer
-
-
-def build_scheduler(section: Any, optimizer: torch.optim.Optimizer) -> Any:
-    """DeepSpeed's ``WarmupLR`` / ``WarmupDecayLR`` as a ``LambdaLR`` with the same learning rates.
-
-    The learning rate goes from ``warmup_min_lr`` to ``warmup_max_lr`` over ``warmup_num_steps``
-    (``warmup_type`` "log" or "linear"), then stays (WarmupLR) or falls linearly back to
-    ``warmup_min_lr`` at ``total_num_steps`` (WarmupDecayLR). Other types: pass lr_scheduler=.
-    """
-    import torch
-
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"'scheduler' = {section!r}: expected a mapping with 'type' and 'params'")
-    kind = section.get("type")
-    if not isinstance(kind, str) or kind.lower() not in _SCHEDULER_TYPES:
-        raise ConfigError(
-            f"'scheduler.type' = {kind!r}: trainmon builds {', '.join(_SCHEDULER_TYPES.values())}; "
-            f"for any other schedule pass lr_scheduler= (a scheduler or a function of the "
-            f"optimizer) to trainmon.initialize"
-        )
-    decay = _SCHEDULER_TYPES[kind.lower()] == "WarmupDecayLR"
-    given = dict(section.get("params", {}) or {})
-    known = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"}
-    known |= {"total_num_steps"} if decay else set()
-    unknown = sorted(set(given) - known - {"last_batch_iteration"})
-    if unknown:
-        raise ConfigError(
-            f"'scheduler.params' has unknown key(s) {unknown}; valid keys: {sorted(known)}"
-        )
-    low = float(given.get("warmup_min_lr", 0.0))
-    high = float(given.get("warmup_max_lr", 0.001))
-    warmup = int(given.get("warmup_num_steps", 1000))
-    log_warmup = given.get("warmup_type", "log") == "log"
-    if given.get("warmup_type", "log") not in ("log", "linear"):
-        raise ConfigError(
-            f"'scheduler.params.warmup_type' = {given['warmup_type']!r}: expected 'log' or 'linear'"
-        )
-    if decay and "total_num_steps" not in given:
-        raise ConfigError("'scheduler.params.total_num_steps' is required for WarmupDecayLR")
-    total = int(given.get("total_num_steps", 0))
-
-    def learning_rate(step: int) -> float:
-        if step < warmup:
-            gamma = math.log(step + 1) / math.log(max(warmup, 2)) if log_warmup else step / warmup
-        elif decay:
-            gamma = max(0.0, (total - step) / max(1.0, total - warmup))
-        else:
-            gamma = 1.0
-        return low + (high - low) * gamma
-
-    for group in optimizer.param_groups:
-        group["lr"] = 1.0  # LambdaLR multiplies the base rate: 1.0 makes the lambda absolute
-        group.pop("initial_lr", None)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Mixed precision read from DeepSpeed's ``fp16`` / ``bf16`` sections."""
-
-    autocast_dtype: Any = None  # torch.float16 / torch.bfloat16, or None for full precision
-    init_scale: float = 2.0**16
-    static_scale: float | None = None  # DeepSpeed's fp16.loss_scale > 0: a fixed scale
-    growth_interval: int = 1000
-
-
-def read_precision(raw: Mapping[str, Any]) -> Precision:
-    """fp16 → autocast(float16) with a GradScaler (``initial_scale_power``, ``loss_scale``,
-    ``loss_scale_window`` as in DeepSpeed; other fp16 keys are ignored); bf16 → autocast only."""
-    import torch
-
-    fp16 = _section(raw, "fp16")
-    bf16 = _section(raw, "bf16") or _section(raw, "bfloat16")
-    fp16_on = bool(fp16.get("enabled", False))
-    bf16_on = bool(bf16.get("enabled", False))
-    if fp16_on and bf16_on:
-        raise ConfigError("'fp16.enabled' and 'bf16.enabled' are both true: enable at most one")
-    if bf16_on:
-        return Precision(autocast_dtype=torch.bfloat16)
-    if not fp16_on:
-        return Precision()
-    power = fp16.get("initial_scale_power", 16)
-    scale = fp16.get("loss_scale", 0)
-    window = fp16.get("loss_scale_window", 1000)
-    for key, value in (("initial_scale_power", power), ("loss_scale", scale)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"'fp16.{key}' = {value!r}: expected a number >= 0")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ConfigError(f"'fp16.loss_scale_window' = {window!r}: expected an integer >= 1")
-    static = float(scale) if scale > 0 else None
-    return Precision(
-        autocast_dtype=torch.float16,
-        init_scale=static if static is not None else 2.0**power,
-        static_scale=static,
-        growth_interval=window,
-    )
-
-
-def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = raw.get(key) or {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key!r} = {value!r}: expected a mapping such as {{'enabled': true}}")
-    return value
-
-
-# ---- the engine -------------------------------------------------------------------------------
 
 
 class TrainmonEngine:
@@ -289,6 +73,10 @@ class TrainmonEngine:
             if self._owns_monitor:
                 self.monitor.close()
             raise
+
+    def note_loader_timed(self) -> None:
+        """The DataLoader this engine built times the waits for batches itself."""
+        self._loader_timed = True
 
     def _set_up(
         self,
@@ -329,7 +117,7 @@ class TrainmonEngine:
         dist_on = dist.is_available() and dist.is_initialized()
         self.world_size = batch.world_size
         self.global_rank = dist.get_rank() if dist_on else discover().rank
-        self._dp = dist_on and dist.get_world_size() > 1 and not _is_data_parallel(module)
+        self._dp = dist_on and dist.get_world_size() > 1 and not is_data_parallel(module)
         if self._dp:
             for tensor in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(tensor.data, src=0)
@@ -747,168 +535,10 @@ class TrainmonEngine:
             )
         else:
             sampler = RandomSampler(dataset)
-        return _timed_loader_class()(
+        return timed_loader_class()(
             dataset,
             batch_size=self._batch.micro_batch_size,
             sampler=sampler,
             collate_fn=collate_fn,
             trainmon_engine=self,
         )
-
-
-class _TimedIterator:
-    """Wraps a DataLoader iterator: the wait for each batch is added to the engine's data time."""
-
-    __slots__ = ("_engine", "_iterator")
-
-    def __init__(self, iterator: Iterator[Any], engine: TrainmonEngine) -> None:
-        self._iterator = iterator
-        self._engine = engine
-
-    def __iter__(self) -> _TimedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        engine = self._engine
-        engine._loader_timed = True
-        instrument = engine.instrument
-        instrument.data_begin()
-        try:
-            return next(self._iterator)
-        finally:
-            instrument.data_end()
-
-    def __len__(self) -> int:
-        return len(self._iterator)  # type: ignore[arg-type]
-
-
-@functools.cache
-def _timed_loader_class() -> type:
-    """The DataLoader subclass, defined on first use so ``import trainmon`` needs no torch."""
-    from torch.utils.data import DataLoader
-
-    class TimedDataLoader(DataLoader):  # type: ignore[type-arg]
-        """A DataLoader whose iterators report the wait for each batch to the engine."""
-
-        def __init__(self, *args: Any, trainmon_engine: TrainmonEngine, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.trainmon_engine = trainmon_engine
-
-        def __iter__(self) -> Any:
-            return _TimedIterator(super().__iter__(), self.trainmon_engine)
-
-    return TimedDataLoader
-
-
-def _is_data_parallel(module: Any) -> bool:
-    """True for modules that average gradients themselves (DDP, FSDP)."""
-    names = {cls.__name__ for cls in type(module).__mro__}
-    return bool(names & {"DistributedDataParallel", "FullyShardedDataParallel"})
-
-
-# ---- the entry point --------------------------------------------------------------------------
-
-
-def initialize(
-    model: torch.nn.Module | None = None,
-    optimizer: Any = None,
-    model_parameters: Iterable[Any] | None = None,
-    training_data: Any = None,
-    lr_scheduler: Any = None,
-    config: ConfigSource = None,
-    *,
-    monitor: Monitor | None = None,
-    collate_fn: Callable[..., Any] | None = None,
-    **deepspeed_kwargs: Any,
-) -> tuple[TrainmonEngine, Any, Any, Any]:
-    """``deepspeed.initialize`` for a plain PyTorch model: ``(engine, optimizer, loader, sched)``.
-
-    ``optimizer`` is an optimizer, a function of the parameters, or None to build the config's
-    ``"optimizer"`` section; ``lr_scheduler`` is a scheduler, a function of the optimizer, or
-    None to build the config's ``"scheduler"`` (WarmupLR, WarmupDecayLR). ``training_data``
-    gives back a DataLoader of ``train_micro_batch_size_per_gpu``. DeepSpeed's other keyword
-    arguments (``args``, ``mpu``, ``dist_init_required``, ...) are accepted and ignored, except
-    that ``args.deepspeed_config`` or ``config_params`` is used when ``config`` is None.
-    """
-    require("torch", "torch", "trainmon.initialize")
-    unknown = sorted(set(deepspeed_kwargs) - _DEEPSPEED_KWARGS)
-    if unknown:
-        known = ["model", "optimizer", "model_parameters", "training_data", "lr_scheduler"]
-        known += ["config", "monitor", "collate_fn", *sorted(_DEEPSPEED_KWARGS)]
-        raise TypeError(
-            f"initialize() got an unexpected keyword argument {unknown[0]!r}"
-            + did_you_mean(unknown[0], known, start="; ")
-        )
-    if config is None:
-        config = deepspeed_kwargs.get("config_params")
-    if config is None:
-        config = getattr(deepspeed_kwargs.get("args"), "deepspeed_config", None)
-    if model is None:
-        raise EngineUsageError("initialize() needs model=: the torch.nn.Module to train")
-    cfg = load_config(config, engine=True)
-    batch = resolve_batch_sizes(
-        cfg.train_batch_size,
-        cfg.train_micro_batch_size_per_gpu,
-        cfg.gradient_accumulation_steps,
-        discover().world_size,
-    )
-    params = model.parameters() if model_parameters is None else model_parameters
-    optimizer = _make_optimizer(optimizer, cfg, params)
-    lr_scheduler = _make_scheduler(lr_scheduler, cfg, optimizer)
-    engine = TrainmonEngine(
-        model,
-        optimizer,
-        config=cfg,
-        batch=batch,
-        lr_scheduler=lr_scheduler,
-        monitor=monitor,
-        training_data=training_data,
-        collate_fn=collate_fn,
-    )
-    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
-
-
-def _make_optimizer(optimizer: Any, cfg: TrainmonConfig, params: Any) -> Any:
-    import torch
-
-    section = cfg.raw.get("optimizer")
-    if optimizer is not None and section is not None:
-        raise ConfigError(
-            "the config has an 'optimizer' section and initialize() was also given optimizer=; "
-            "keep one of them"
-        )
-    if isinstance(optimizer, torch.optim.Optimizer):
-        return optimizer
-    if callable(optimizer):
-        return optimizer(params)
-    if optimizer is not None:
-        raise EngineUsageError(
-            f"optimizer={optimizer!r}: expected a torch.optim.Optimizer or a function of the "
-            f"parameters that returns one"
-        )
-    if section is None:
-        raise EngineUsageError(
-            "no optimizer: pass optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3) to "
-            'trainmon.initialize, or add "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}} '
-            "to the config"
-        )
-    return build_optimizer(section, params)
-
-
-def _make_scheduler(lr_scheduler: Any, cfg: TrainmonConfig, optimizer: Any) -> Any:
-    section = cfg.raw.get("scheduler")
-    if lr_scheduler is not None and section is not None:
-        raise ConfigError(
-            "the config has a 'scheduler' section and initialize() was also given "
-            "lr_scheduler=; keep one of them"
-        )
-    if lr_scheduler is None:
-        return None if section is None else build_scheduler(section, optimizer)
-    if hasattr(lr_scheduler, "step"):
-        return lr_scheduler
-    if callable(lr_scheduler):
-        return lr_scheduler(optimizer)
-    raise EngineUsageError(
-        f"lr_scheduler={lr_scheduler!r}: expected a scheduler (with .step()) or a function of "
-        f"the optimizer that returns one"
-    )
