@@ -8,7 +8,7 @@ which piece costs it, so that a change can be aimed. In a fresh process, with no
   ``write_events`` with a list, a tuple or ``(name, value, step)`` triples, and inside it
   ``tuple(list)``, ``time.time()`` and ``Pipeline.put``;
 * each background stage called directly on batches of 256 steps (no thread, no wake-ups, no GIL
-  hand-offs): ``Pipeline._records``, ``Pipeline._emit`` without writers,
+  hand-offs): ``Pipeline.records_of``, ``Pipeline.run_stages`` without writers,
   ``WindowAggregator.add``, and the TensorBoard, JSONL (records and windows) and CSV writers;
 * the idle cost: CPU per second of an open Monitor that logs nothing, next to a bare thread
   looping on ``Event.wait(0.05)``.
@@ -51,7 +51,15 @@ def work_breakdown(steps: int, repeats: int, folder: Path) -> dict[str, Any]:
     monitor = trainmon.Monitor(
         {"console": {"enabled": False}, "trainmon": {"queue_size": 50_000_000}}, writers=[]
     )
-    pipeline = getattr(monitor, "_pipeline", None)
+    from trainmon.config import PipelineConfig
+    from trainmon.core.aggregate import WindowAggregator
+    from trainmon.core.pipeline import Pipeline as StandalonePipeline
+    from trainmon.core.writer import WriterGroup
+
+    # Pipeline.put alone, on a pipeline of its own (the monitor's is not reached into)
+    pipeline = StandalonePipeline(
+        WriterGroup([]), PipelineConfig(queue_size=50_000_000), WindowAggregator(10), None
+    )
     rows = float_rows()
     n0, n1, n2, n3, n4, n5, n6, n7 = NAMES
     events_list = [(n, 0.5) for n in NAMES]
@@ -102,7 +110,7 @@ def work_breakdown(steps: int, repeats: int, folder: Path) -> dict[str, Any]:
             now()
 
     def put_only() -> None:
-        put = pipeline.put  # type: ignore[union-attr]
+        put = pipeline.put
         for _ in range(steps):
             put(entry, 8)
 
@@ -122,13 +130,13 @@ def work_breakdown(steps: int, repeats: int, folder: Path) -> dict[str, Any]:
         "  time.time()": wall_clock,
         "full step as in the table (fetch + step + build + write)": full,
     }
-    if pipeline is not None and hasattr(pipeline, "put"):
-        pieces["  Pipeline.put(entry, 8)"] = put_only
+    pieces["  Pipeline.put(entry, 8)"] = put_only
     medians: dict[str, float] = {}
     for name, fn in pieces.items():
         runs = harness.time_calls(fn, repeats, warmup=1, before=gc.collect).thread_ns
         medians[name] = statistics.median(runs) / steps  # ns per call (8 scalars)
     monitor.close()
+    pipeline.close()
     base = medians.pop("loop")
     per_call = {name: max(0.0, ns - base) for name, ns in medians.items()}
     tuple_call = per_call["write_events(tuple of 8), prebuilt tuple"]
@@ -150,8 +158,8 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
 
     No thread, no wake-ups, no GIL hand-offs: the marginal cost of the work itself.
     """
-    import trainmon
     from trainmon.core.events import StepScalars
+    from trainmon.core.pipeline import Entry, Pipeline
     from trainmon.writers.csv import CsvWriter
     from trainmon.writers.jsonl import JsonlWriter
     from trainmon.writers.tensorboard import TensorBoardWriter
@@ -159,11 +167,9 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
     batch_steps = 256
     rows = float_rows()
     now = time.time()
-    entries = [
-        (now, s, tuple(zip(NAMES, rows[s & ROWS_MASK], strict=True)), False)
-        for s in range(batch_steps)
-    ]
-    records = [StepScalars(s, now, dict(e[2])) for s, e in enumerate(entries)]
+    step_rows = [tuple(zip(NAMES, rows[s & ROWS_MASK], strict=True)) for s in range(batch_steps)]
+    entries: list[Entry] = [(now, s, row, False) for s, row in enumerate(step_rows)]
+    records = [StepScalars(s, now, dict(row)) for s, row in enumerate(step_rows)]
     scalars = batch_steps * PER_STEP
     reps = 200
     out: dict[str, float] = {}
@@ -185,12 +191,19 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
         except (AttributeError, ImportError, TypeError) as exc:
             print(f"breakdown: skipped {label}: {exc}", file=sys.stderr)
 
-    monitor = trainmon.Monitor({"console": {"enabled": False}}, writers=[])
-    pipeline: Any = getattr(monitor, "_pipeline", None)
-    monitor.close()  # stops the thread; the methods below are then called on this thread only
-    piece("Pipeline._records (entries -> StepScalars)", lambda: partial(pipeline._records, entries))
+    from trainmon.config import PipelineConfig
+    from trainmon.core.aggregate import WindowAggregator
+    from trainmon.core.writer import WriterGroup
+
+    pipeline = Pipeline(WriterGroup([]), PipelineConfig(), WindowAggregator(10), None)
+    pipeline.close()  # stops its thread; the stages below then run on this thread only
     piece(
-        "Pipeline._emit, no writers (records + windows)", lambda: partial(pipeline._emit, entries)
+        "Pipeline.records_of (entries -> StepScalars)",
+        lambda: partial(pipeline.records_of, entries),
+    )
+    piece(
+        "Pipeline.run_stages, no writers (records + windows)",
+        lambda: partial(pipeline.run_stages, entries),
     )
 
     def aggregator() -> Callable[[], Any]:

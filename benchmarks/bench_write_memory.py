@@ -43,7 +43,6 @@ def work_memory(scalars: int, every: int, folder: Path, queue_size: int) -> dict
     process = psutil.Process()
     rows = float_rows()
     monitor = trainmon.Monitor(trainmon_config(folder, ("tensorboard", "jsonl"), queue_size))
-    pipeline = getattr(monitor, "_pipeline", None)
     write = monitor.write_events
     n0, n1, n2, n3, n4, n5, n6, n7 = NAMES
     series = [{"scalars": 0, "rss_mib": process.memory_info().rss / 2**20, "pending": 0}]
@@ -60,7 +59,7 @@ def work_memory(scalars: int, every: int, folder: Path, queue_size: int) -> dict
             {
                 "scalars": step * PER_STEP,
                 "rss_mib": process.memory_info().rss / 2**20,
-                "pending": getattr(pipeline, "pending", -1),
+                "pending": monitor.pending_events,
             }
         )
     elapsed = time.perf_counter() - t0

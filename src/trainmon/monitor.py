@@ -610,6 +610,12 @@ class Monitor:
         return self._pipeline.dropped_total + self._unwritable
 
     @property
+    def pending_events(self) -> int:
+        """Events queued on the training thread and not yet handed to the writers: how far the
+        background is behind (what a memory or throughput benchmark watches)."""
+        return self._pipeline.pending
+
+    @property
     def undelivered(self) -> dict[str, int]:
         """Where values were lost so far, and how many: ``"queue (full)"`` and one entry per
         writer that missed, gave up or (after close) still held values; empty when none were."""

@@ -442,6 +442,15 @@ class Pipeline:
         if records:
             self.writers.write_kinds(records, side.kinds)
 
+    def run_stages(self, batch: list[Entry]) -> None:
+        """Run the background stages on one batch of entries, on the calling thread: for
+        benchmarks and tests of a pipeline that was closed (its own thread is gone)."""
+        self._emit(batch)
+
+    def records_of(self, batch: list[Entry]) -> list[StepScalars]:
+        """The resolve and group stages alone: entries become one record per step."""
+        return self._records(batch)
+
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved, captured = self._resolve(batch)
         return self._group(batch, resolved, captured)
