@@ -158,8 +158,9 @@ def background_pieces(repeats: int, folder: Path) -> dict[str, float]:
 
     No thread, no wake-ups, no GIL hand-offs: the marginal cost of the work itself.
     """
+    from trainmon.core.entries import Entry
     from trainmon.core.events import StepScalars
-    from trainmon.core.pipeline import Entry, Pipeline
+    from trainmon.core.pipeline import Pipeline
     from trainmon.writers.csv import CsvWriter
     from trainmon.writers.jsonl import JsonlWriter
     from trainmon.writers.tensorboard import TensorBoardWriter

@@ -25,6 +25,7 @@ from trainmon.config import ConfigSource, TrainmonConfig, load_config
 from trainmon.core.aggregate import WindowAggregator, WindowStats
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import CrossRankReducer, release_default_group_references
+from trainmon.core.entries import Item
 from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, StepScalars, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
@@ -33,7 +34,7 @@ from trainmon.core.monitor_state import (
     keyed_writers,
     writer_identities,
 )
-from trainmon.core.pipeline import Item, Observer, Pipeline
+from trainmon.core.pipeline import Observer, Pipeline
 from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_rank
 from trainmon.core.records import (
     DEFAULT_BINS,

@@ -12,7 +12,8 @@ from typing import Protocol
 
 from trainmon.config import TrainmonConfig
 from trainmon.core.callbacks import Callback
-from trainmon.core.pipeline import Item, Observer
+from trainmon.core.entries import Item
+from trainmon.core.pipeline import Observer
 from trainmon.core.place import ProcessPlace
 
 

@@ -34,8 +34,9 @@ from typing import Any
 
 from trainmon.config import PipelineConfig
 from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
+from trainmon.core.entries import Entry, FlushRequest, Item, SampledValues, SideEvents
 from trainmon.core.events import Number, StepScalars
-from trainmon.core.lanes import FlushBarrier, WriterLanes
+from trainmon.core.lanes import WriterLanes
 from trainmon.core.records import Pending
 from trainmon.core.values import (
     CAPTURED,
@@ -50,13 +51,6 @@ from trainmon.logging import get_logger
 
 _log = get_logger("pipeline")
 
-Item = Sequence[Any]  # (name, value) or (name, value, step), already checked at the call site
-#: One call's scalars, ``(wall time, default step, items, needs_resolving)``: a plain tuple, the
-#: cheapest thing the training thread can build. ``needs_resolving`` is False for plain numbers,
-#: True when values are tensors, numpy scalars or :class:`~trainmon.core.values.Deferred`, or
-#: the call's :class:`~trainmon.core.values.Snapshot` (items then hold
-#: :data:`~trainmon.core.values.CAPTURED` where a captured tensor's value or step goes).
-Entry = tuple[Any, Any, Sequence[Item], "bool | Snapshot"]
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
 
@@ -85,59 +79,10 @@ WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 _CHUNK_ENTRIES = 2048
 
 
-class _SideEvents:
-    """Control entry: ``(name, value, step)`` events on their own x axis, for some writers only
-    (see :meth:`Pipeline.put_side`)."""
-
-    __slots__ = ("items", "kinds", "needs_resolving", "wall_time")
-
-    def __init__(
-        self,
-        wall_time: float,
-        items: Sequence[Item],
-        kinds: frozenset[str],
-        needs_resolving: bool | Snapshot,
-    ) -> None:
-        self.wall_time = wall_time
-        self.items = items
-        self.kinds = kinds
-        self.needs_resolving = needs_resolving
-
-
-class _Sampled:
-    """Control entry: values sampled off the training thread (``sys/*``), placed at the step
-    the stream has reached when the background thread comes to them (see
-    :meth:`Pipeline.put_sampled`)."""
-
-    __slots__ = ("items", "wall_time")
-
-    def __init__(self, wall_time: float, items: Sequence[tuple[str, Number]]) -> None:
-        self.wall_time = wall_time
-        self.items = items
-
-
-class _FlushRequest:
-    """Control entry: the background thread runs its ``then`` at the flush point (an exception
-    it raises is kept for the caller) and hands it the barrier to wait on."""
-
-    def __init__(self, then: Callable[[], None] | None) -> None:
-        self.reached = threading.Event()
-        self.barrier: FlushBarrier | None = None
-        self.then = then
-        self.error: BaseException | None = None
-
-    def run_then(self) -> None:
-        if self.then is not None:
-            try:
-                self.then()
-            except BaseException as exc:  # handed to the thread that asked for the flush
-                self.error = exc
-
-
 #: What travels through the queue: a scalar :data:`Entry` (a plain tuple, the hot path) or a
 #: control entry, told apart by type: side events, an extra (histogram, text, hparams,
 #: progress) still to build, or a flush request.
-QueueEntry = Entry | _SideEvents | _Sampled | Pending | _FlushRequest
+QueueEntry = Entry | SideEvents | SampledValues | Pending | FlushRequest
 
 
 class Pipeline:
@@ -223,7 +168,7 @@ class Pipeline:
         into windows, cross-rank statistics or observers (alert rules): their steps are not
         the training steps, and only one rank logs them.
         """
-        self.put(_SideEvents(wall_time, items, kinds, needs_resolving), len(items))
+        self.put(SideEvents(wall_time, items, kinds, needs_resolving), len(items))
 
     def put_sampled(self, items: Sequence[tuple[str, Number]]) -> None:
         """Queue ``(name, number)`` pairs sampled by another thread (the system sampler).
@@ -233,7 +178,7 @@ class Pipeline:
         They take no place in the bound and are not counted in :attr:`events_seen`: the stall
         watchdog must not read a sample as training progress.
         """
-        self._queue.append(_Sampled(time.time(), items))
+        self._queue.append(SampledValues(time.time(), items))
 
     def put_extra(self, pending: Pending) -> None:
         """Queue a histogram, text or hyper-parameters snapshot (counts as one event)."""
@@ -266,7 +211,7 @@ class Pipeline:
         """
         if self._closed or not self._thread.is_alive():
             return False
-        request = _FlushRequest(then)
+        request = FlushRequest(then)
         self._queue.append(request)  # not counted: it holds no place in the bound
         self._wakeup.set()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -382,10 +327,10 @@ class Pipeline:
                 if isinstance(entry, Pending):  # histogram/text/hparams/progress
                     self._consumed += 1
                     self._write_extra(entry)
-                elif isinstance(entry, _SideEvents):
+                elif isinstance(entry, SideEvents):
                     self._emit_side(entry)
                     self._consumed += len(entry.items)
-                elif isinstance(entry, _Sampled):  # at the step the stream has reached
+                elif isinstance(entry, SampledValues):  # at the step the stream has reached
                     self._emit([(entry.wall_time, self._last_step, entry.items, False)])
                 else:
                     self._reach_flush_point(entry)
@@ -395,7 +340,7 @@ class Pipeline:
             self._emit_counters()
         self._close_window(final=False)
 
-    def _reach_flush_point(self, request: _FlushRequest) -> None:
+    def _reach_flush_point(self, request: FlushRequest) -> None:
         """Everything queued before the request is written: close a complete window, run the
         request's ``then``, ask the writers to flush and hand the caller the barrier."""
         self._emit_counters()
@@ -431,7 +376,7 @@ class Pipeline:
         if self._observers:
             self._observe("on_records", records)
 
-    def _emit_side(self, side: _SideEvents) -> None:
+    def _emit_side(self, side: SideEvents) -> None:
         """Side events: resolve → group → fan out to the writers of their kinds, nothing else."""
         needs_resolving = side.needs_resolving if side.needs_resolving is not False else True
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainmon.collect.instrument import StepInstrument
 from trainmon.config import ConfigSource
-from trainmon.core.pipeline import Item
+from trainmon.core.entries import Item
 from trainmon.extras import require
 from trainmon.integrations.common import LazyMonitor, device_of
 from trainmon.monitor import Monitor
