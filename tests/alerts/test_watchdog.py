@@ -242,7 +242,8 @@ def test_process_stuck_in_a_blocking_call_is_reported(
     assert str(stacks[0]) in alerts[0]["message"]
     assert "no training step on rank 0 for 0.5" in alerts[0]["message"]
     resumed = re.search(r"resumed on rank 0 at step (\d+) after 2\.\d+ s", alerts[1]["message"])
-    assert resumed is not None and 21 <= int(resumed.group(1)) <= 23  # seen at the next poll
+    # seen at the next poll: 21-23 on an idle machine, a step or two later on a loaded one
+    assert resumed is not None and 21 <= int(resumed.group(1)) <= 26
     assert alerts[0]["severity"] == "critical"
     assert alerts[0]["details"]["stack_file"] == str(stacks[0])
     assert alerts[0]["step"] == 20
