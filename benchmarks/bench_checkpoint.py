@@ -16,33 +16,16 @@ import argparse
 import random
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 import harness
-from trainmon import Monitor, Writer
-from trainmon.core.events import StepScalars
+from trainmon import Monitor
 from trainmon.integrations.checkpoint import save_monitor_state
+from trainmon.testing import SlowWriter
 
 NAMES = [f"m{i}" for i in range(20)]
-
-
-class SlowWriter(Writer):
-    """A remote backend's writer: 50 ms per call."""
-
-    kind = "custom"
-    location = "slow50ms"
-
-    def write(self, records: Sequence[StepScalars]) -> None:
-        time.sleep(0.05)
-
-    def flush(self) -> None:
-        time.sleep(0.05)
-
-    def close(self) -> None:
-        pass
 
 
 def main() -> None:

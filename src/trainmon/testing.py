@@ -7,6 +7,7 @@ assert on :attr:`MemoryWriter.records` after ``monitor.flush()`` or ``close()``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -14,7 +15,7 @@ from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import Extra, Number, StepScalars
 from trainmon.core.writer import RunStatus, Writer
 
-__all__ = ["MemoryWriter"]
+__all__ = ["MemoryWriter", "SlowWriter"]
 
 
 class MemoryWriter(Writer):
@@ -78,3 +79,25 @@ class MemoryWriter(Writer):
             for record in self.records:
                 merged.setdefault(record.step, {}).update(record.values)
         return merged
+
+
+class SlowWriter(Writer):
+    """A writer that takes ``seconds`` for every write and flush, as a remote backend on a slow
+    network does: for testing (and benchmarking) that a slow backend costs only itself."""
+
+    kind = "custom"
+
+    def __init__(self, seconds: float = 0.05, location: str = "slow") -> None:
+        self.seconds = seconds
+        self.location = location
+
+    def write(self, records: Sequence[StepScalars]) -> None:
+        """Take ``seconds``; keep nothing."""
+        time.sleep(self.seconds)
+
+    def flush(self) -> None:
+        """Take ``seconds``."""
+        time.sleep(self.seconds)
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -10,35 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from trainmon import Monitor, TrainingStopped, Writer
+from trainmon import Monitor, TrainingStopped
 from trainmon.core.events import StepScalars
 from trainmon.integrations.checkpoint import monitor_state_path, save_monitor_state
+from trainmon.testing import SlowWriter
 
 NAMES = [f"m{i}" for i in range(20)]
-
-
-class SlowWriter(Writer):
-    """A custom writer that needs 50 ms for every call (a remote backend)."""
-
-    kind = "custom"
-    location = "slow"
-
-    def write(self, records: Sequence[StepScalars]) -> None:
-        time.sleep(0.05)
-
-    def flush(self) -> None:
-        time.sleep(0.05)
-
-    def close(self) -> None:
-        pass
 
 
 class HangingFlushWriter(SlowWriter):
     """A custom writer whose flush blocks until released."""
 
-    location = "hanging-flush"
-
     def __init__(self) -> None:
+        super().__init__(location="hanging-flush")
         self.release = threading.Event()
 
     def write(self, records: Sequence[StepScalars]) -> None:

@@ -13,6 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from trainmon import Monitor, Writer, read_journal
 from trainmon.core.events import StepScalars
+from trainmon.testing import SlowWriter
 from trainmon.writers.jsonl import JsonlWriter
 
 
@@ -160,25 +161,9 @@ def test_a_batch_a_writer_raises_on_is_counted_as_given_up() -> None:
     assert monitor.undelivered.get("custom writer (raising)", 0) >= 2
 
 
-class FiftyMsWriter(Writer):
-    """A custom writer that needs 50 ms for every call (a remote backend)."""
-
-    kind = "custom"
-    location = "50ms"
-
-    def write(self, records: Sequence[StepScalars]) -> None:
-        time.sleep(0.05)
-
-    def flush(self) -> None:
-        time.sleep(0.05)
-
-    def close(self) -> None:
-        pass
-
-
 def _tight_loop(tmp_path: Path, slow: bool) -> tuple[float, Monitor, Path]:
     run = tmp_path / ("slow" if slow else "bare")
-    writers: list[Writer] = [FiftyMsWriter(), FiftyMsWriter()] if slow else []
+    writers: list[Writer] = [SlowWriter(0.05, "50ms"), SlowWriter(0.05, "50ms")] if slow else []
     monitor = Monitor(_base(close_timeout_s=1.0), writers=[*writers, JsonlWriter(run, "run")])
     started = time.perf_counter()
     for step in range(15_000):
