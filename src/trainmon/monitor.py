@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
-import atexit
 import operator
 import os
-import signal
-import sys
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from functools import partial
-from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from trainmon.alerts.engine import AlertSystem, build_alerts
 from trainmon.alerts.health import NonFiniteWarning, call_time_stops, non_finite_float
-from trainmon.collect.profiler import ProfileOnDemand
 from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
-from trainmon.config import ConfigSource, TrainmonConfig, load_config
-from trainmon.core.aggregate import WindowAggregator, WindowStats
+from trainmon.config import ConfigSource, load_config
+from trainmon.core.aggregate import WindowAggregator
 from trainmon.core.callbacks import Callback, as_callback, has_hook
-from trainmon.core.cross_rank import CrossRankReducer, release_default_group_references
+from trainmon.core.cross_rank import release_default_group_references
 from trainmon.core.entries import Item
-from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, StepScalars, Text
+from trainmon.core.event_check import EventChecker, checked_record_step, tensor_names
+from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
     MONITOR_STATE_VERSION,
     agree_on_stop,
+    checked_monitor_state,
     keyed_writers,
     writer_identities,
 )
@@ -45,33 +41,29 @@ from trainmon.core.records import (
     SpanTimer,
     check_metrics,
     check_text,
+    check_total_steps,
     flatten_hparams,
     snapshot_histogram,
 )
 from trainmon.core.values import (
-    CAPTURED,
     INT64_MAX,
     INT64_MIN,
-    Deferred,
-    Snapshot,
     capture,
-    check_encodable,
     check_step,
-    check_value,
     is_tensor,
-    plain_number,
 )
 from trainmon.core.writer import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.errors import TrainingStopped
+from trainmon.lifecycle import register, run_status, unregister, why_unwritable
 from trainmon.logging import get_logger
-from trainmon.writers import build_writers, run_identity
+from trainmon.monitor_parts import WindowCallback, cross_rank_reducer, on_demand_profiler
+from trainmon.writers import build_writers
 from trainmon.writers.custom import as_writer
 
 if TYPE_CHECKING:
     from trainmon.collect.layer_stats import LayerWatcher
 
 _log = get_logger("monitor")
-_MAX_CACHED_NAMES = 100_000
 # int values the fast path takes as they are; others go to the full check (floats' range)
 _INT_MIN, _INT_MAX = INT64_MIN, INT64_MAX
 # exact types seen to be torch tensors (Tensor, Parameter, subclasses): one set lookup per value
@@ -115,7 +107,7 @@ class Monitor:
             pipeline_config.window_steps or self.config.steps_per_print,
             pipeline_config.window_seconds,
         )
-        reducer = self._reducer = _cross_rank_reducer(self.config, all_ranks_log, self.log_rank)
+        reducer = self._reducer = cross_rank_reducer(self.config, all_ranks_log, self.log_rank)
         self._pipeline = Pipeline(WriterGroup(writers), pipeline_config, aggregator, reducer)
         system = self.config.system_metrics  # sys/* where someone reads them: writers or ranks
         self._sampler: SystemSampler | None = (
@@ -123,10 +115,13 @@ class Monitor:
             if system.enabled and (writers or reducer is not None)
             else None
         )
-        self._profiler = _on_demand_profiler(self)  # profiler.enabled: a signal or RUN/profile
+        ref = weakref.ref(self)  # the profiler reads the step without keeping self alive
+        self._profiler = on_demand_profiler(  # profiler.enabled: a signal or RUN/profile
+            self.config, self.place, self.log_rank, lambda: getattr(ref(), "step", 0)
+        )
         self._step = 0
-        self._names: set[str] = set()
-        self._warned_none: set[str] = set()
+        self._checker = EventChecker()
+        self._names = self._checker.names  # what the fast path looks up
         self._closed = False
         # why events can no longer be written ("closed", "forked"), checked once per call
         self._unusable: str | None = None
@@ -144,7 +139,7 @@ class Monitor:
                 self._call_time_stops = call_time_stops(self.alerts.rules)
         if self.config.alerts.health_checks and writers:
             self._pipeline.add_observer(NonFiniteWarning())
-        _register(self)
+        register(self, self._forked)
 
     # ---- the hot path ----------------------------------------------------------------------
 
@@ -203,7 +198,7 @@ class Monitor:
             else:
                 if items:
                     needs_resolving = (
-                        capture(tensors, partial(_tensor_names, items)) if tensors else False
+                        capture(tensors, partial(tensor_names, items)) if tensors else False
                     )
                     self._pipeline.put(
                         (time.time(), self._step, items, needs_resolving), len(items)
@@ -211,7 +206,7 @@ class Monitor:
                 return
         except (TypeError, IndexError, KeyError):
             pass
-        checked, needs_resolving = self._check_slowly(items)
+        checked, needs_resolving = self._checker.check(items)
         if checked:
             self._pipeline.put((time.time(), self._step, checked, needs_resolving), len(checked))
 
@@ -259,7 +254,7 @@ class Monitor:
                     f"write_side_events: event {item!r} has no step; expected (name, value, step) "
                     f"with the step on the events' own axis"
                 )
-        checked, needs_resolving = self._check_slowly(items)
+        checked, needs_resolving = self._checker.check(items)
         if checked:
             self._pipeline.put_side(time.time(), checked, kinds, needs_resolving)
 
@@ -272,15 +267,15 @@ class Monitor:
         in-place change is not seen; the background thread bins them into ``bins`` equal-width
         buckets and writes a TensorBoard histogram, a W&B histogram and a journal record.
         """
-        self._check_name(name)
-        at = self._step if step is None else self._checked_step(step, f"log_histogram({name!r})")
+        self._checker.check_name(name)
+        at = self._step if step is None else checked_record_step(step, f"log_histogram({name!r})")
         self._pipeline.put_extra(snapshot_histogram(name, values, at, time.time(), bins))
 
     def log_text(self, name: str, text: str, step: int | None = None) -> None:
         """Record a piece of text (a generated sample, a note) at ``step`` (TensorBoard's text
         dashboard, a W&B table, the journal)."""
-        self._check_name(name)
-        at = self._step if step is None else self._checked_step(step, f"log_text({name!r})")
+        self._checker.check_name(name)
+        at = self._step if step is None else checked_record_step(step, f"log_text({name!r})")
         self._pipeline.put_extra(PendingText(Text(name, at, time.time(), check_text(name, text))))
 
     def log_hparams(
@@ -302,12 +297,7 @@ class Monitor:
     def set_total_steps(self, total_steps: int) -> None:
         """Tell the console how many steps the run will take (for ``step 500/2000 (25%) ·
         elapsed 12m · ETA 36m``), e.g. ``len(loader) * epochs`` // accumulation."""
-        if isinstance(total_steps, bool) or not hasattr(total_steps, "__index__"):
-            raise TypeError(f"set_total_steps: {total_steps!r}: expected an integer >= 1")
-        total = int(total_steps.__index__())
-        if total < 1:
-            raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
-        self._pipeline.put_extra(PendingProgress(total))
+        self._pipeline.put_extra(PendingProgress(check_total_steps(total_steps)))
 
     def watch_layers(
         self, model: Any, optimizer: Any, *, every: int | None = None, depth: int | None = None
@@ -371,82 +361,6 @@ class Monitor:
         does, so a watcher on another thread reads them lock-free to tell a stalled run."""
         return self._step, self._pipeline.events_seen
 
-    # ---- checks off the fast path ----------------------------------------------------------
-
-    def _check_slowly(self, items: Sequence[Any]) -> tuple[list[Item], bool | Snapshot]:
-        """Full check with messages that name the metric; drops ``None`` values with a notice.
-
-        Returns new tuples (nothing of the caller's is kept but immutable numbers, names and
-        :class:`Deferred` values) and the entry's ``needs_resolving``: the :class:`Snapshot` of
-        the call's tensors, True when :class:`Deferred` values need resolving, else False.
-        """
-        kept: list[Item] = []
-        tensors: list[Any] = []
-        tensor_names: list[str] = []
-        deferred = False
-        for item in items:
-            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
-                raise TypeError(
-                    f"write_events: each event must be a (name, value) or (name, value, step) "
-                    f"tuple, got {item!r}"
-                )
-            name = item[0]
-            value = item[1]
-            step = item[2] if len(item) == 3 else None
-            if type(name) is not str or name not in self._names:
-                self._check_name(name)
-            if step is not None and (type(step) is not int or not INT64_MIN <= step <= INT64_MAX):
-                step = check_step(step, f"metric {name!r}")
-                if is_tensor(step):
-                    tensors.append(step)
-                    tensor_names.append(name)
-                    step = CAPTURED
-            kind = type(value)
-            if kind is float or (kind is int and _INT_MIN <= value <= _INT_MAX):
-                pass
-            elif is_tensor(value):  # checked by capture(), on the stacked copy when it can
-                tensors.append(value)
-                tensor_names.append(name)
-                value = CAPTURED
-            else:
-                if not check_value(name, value):
-                    if name not in self._warned_none:
-                        self._warned_none.add(name)
-                        _log.info(
-                            "metric %r has no value yet (None); skipped until it has one", name
-                        )
-                    if step is CAPTURED:
-                        tensors.pop()
-                        tensor_names.pop()
-                    continue
-                if isinstance(value, Deferred):
-                    deferred = True
-                else:
-                    value = plain_number(value)
-            kept.append((name, value) if step is None else (name, value, step))
-        if tensors:
-            return kept, capture(tensors, tensor_names)
-        return kept, deferred
-
-    def _check_name(self, name: Any) -> None:
-        if type(name) is not str:
-            raise TypeError(f"metric name {name!r}: expected a non-empty string")
-        if not name:
-            raise ValueError(
-                "metric name is empty: expected a non-empty string such as 'train/loss'"
-            )
-        if not name.isascii():
-            check_encodable(name)
-        if len(self._names) < _MAX_CACHED_NAMES:
-            self._names.add(name)
-
-    @staticmethod
-    def _checked_step(step: Any, where: str) -> int:
-        """A step for a histogram or text record: a plain int (a device tensor is read here,
-        as these records are rare)."""
-        checked = check_step(step, where)
-        return checked if isinstance(checked, int) else int(checked)
-
     # ---- callbacks and stopping ------------------------------------------------------------
 
     def add_callback(self, callback: Callback) -> None:
@@ -459,7 +373,7 @@ class Monitor:
         if has_hook(callback, "on_step_end"):
             self._step_callbacks = [*self._step_callbacks, callback]
         if has_hook(callback, "on_window_end"):
-            self._pipeline.add_observer(_WindowCallback(callback))
+            self._pipeline.add_observer(WindowCallback(callback))
 
     def step_end(self, engine: Any, step: int) -> None:
         """Run the ``on_step_end`` callbacks, then raise :class:`TrainingStopped` if an alert
@@ -554,27 +468,7 @@ class Monitor:
         shown once and the resumed run's values win. Raises ``ValueError`` naming the key for
         a mapping that is not such a state.
         """
-        if not isinstance(state, Mapping) or state.get("format") != MONITOR_STATE_FORMAT:
-            raise ValueError(
-                f"Monitor.load_state_dict: expected the mapping Monitor.state_dict() returned "
-                f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {f'{state!r:.80}'}"
-            )
-        version = state.get("version")
-        if type(version) is not int or not 1 <= version <= MONITOR_STATE_VERSION:
-            raise ValueError(
-                f"Monitor.load_state_dict: 'version' = {version!r}: this trainmon reads "
-                f"versions 1 to {MONITOR_STATE_VERSION}; upgrade trainmon to read it"
-            )
-        step = state.get("step")
-        if type(step) is not int or step < 0:
-            raise ValueError(f"Monitor.load_state_dict: 'step' = {step!r}: expected an int >= 0")
-        alerts = state.get("alerts") or {}
-        writers = state.get("writers") or {}
-        if not isinstance(alerts, Mapping) or not isinstance(writers, Mapping):
-            raise ValueError(
-                "Monitor.load_state_dict: 'alerts' and 'writers' must be mappings, got "
-                f"{alerts!r:.80} and {writers!r:.80}"
-            )
+        step, alerts, writers = checked_monitor_state(state)
         if self._closed:
             raise ValueError(f"Monitor.load_state_dict: {self!r} is closed")
         resume_step = step + 1
@@ -630,21 +524,7 @@ class Monitor:
         if reason is None or reason in self._warned_unusable:
             return
         self._warned_unusable.add(reason)
-        if reason == "closed":
-            why = "it is closed: events logged after close() are not written"
-        else:
-            why = (
-                f"this process ({os.getpid()}) is a fork of the one that created it "
-                f"({self._pid}), where its background writer runs: events logged here are not "
-                f"written; create a Monitor in the child instead"
-            )
-        _log.warning(
-            "%r: %s (%d dropped so far, counted in Monitor.dropped_events; "
-            "this warning is shown once)",
-            self,
-            why,
-            self._unwritable,
-        )
+        _log.warning("%r: %s", self, why_unwritable(reason, self._pid, self._unwritable))
 
     def _forked(self) -> None:
         """In a forked child: the pipeline's thread did not survive the fork."""
@@ -686,7 +566,7 @@ class Monitor:
         release_default_group_references()
         if self.alerts is not None:
             lost.update(self.alerts.close(max(0.0, deadline - time.monotonic())))
-        _live.discard(self)
+        unregister(self)
         if lost:
             _log.warning(
                 "closed %r with data not delivered (within trainmon.close_timeout_s = %g s): %s",
@@ -712,122 +592,3 @@ class Monitor:
     def __repr__(self) -> str:
         kinds = ",".join(w.kind for w in self.writers) or "none"
         return f"<Monitor rank={self.place.rank} writers={kinds} step={self._step}>"
-
-
-def _tensor_names(items: Sequence[Item]) -> list[str]:
-    """The names of the tensor values of fast-path items, in order (for error messages)."""
-    return [item[0] for item in items if is_tensor(item[1])]
-
-
-def _on_demand_profiler(monitor: Monitor) -> ProfileOnDemand | None:
-    """The profile-on-demand watcher for ``config.profiler`` (None when disabled); it reads
-    the step through a weak reference, so it never keeps a dropped monitor alive."""
-    config = monitor.config.profiler
-    if not config.enabled:
-        return None
-    run_dir = run_identity(monitor.config, monitor.place).run_dir or Path.cwd()
-    if monitor.config.trainmon.per_rank_output:  # one request file for every rank
-        run_dir = run_dir.parent
-    ref = weakref.ref(monitor)
-
-    def current_step() -> int:
-        current = ref()
-        return current.step if current is not None else 0
-
-    return ProfileOnDemand(
-        config,
-        run_dir.absolute(),
-        rank=monitor.place.rank,
-        world_size=monitor.place.world_size,
-        leader=monitor.place.rank == monitor.log_rank,
-        current_step=current_step,
-    )
-
-
-def _cross_rank_reducer(
-    config: TrainmonConfig, all_ranks_log: bool, log_rank: int
-) -> CrossRankReducer | None:
-    """A reducer when statistics across ranks are wanted and possible, else None."""
-    setting = config.trainmon.cross_rank
-    if setting == "off" or (setting == "auto" and not all_ranks_log):
-        return None
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    if dist.get_world_size() < 2:
-        return None
-    if config.trainmon.window_seconds is not None:
-        _log.warning("cross-rank statistics need step windows; window_seconds turns them off")
-        return None
-    return CrossRankReducer(config.trainmon.collective_timeout_s, dst=log_rank)
-
-
-class _WindowCallback(Observer):
-    """Calls a user's ``on_window_end(stats)`` from the background thread."""
-
-    def __init__(self, callback: Callback) -> None:
-        self._callback = callback
-
-    def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
-        self._callback.on_window_end(window)
-        return ()
-
-
-# ---- process exit: atexit and SIGTERM flush everything ---------------------------------------
-
-_live: weakref.WeakSet[Monitor] = weakref.WeakSet()
-_hooks_installed = False
-
-
-def run_status(exc: BaseException | None) -> RunStatus:
-    """How a run ended, from the exception that ended it (None: it did not raise):
-    interrupts, ``SystemExit`` with a non-zero code and :class:`TrainingStopped` are
-    ``"aborted"``, any other exception ``"failed"``."""
-    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
-        return "success"
-    if isinstance(exc, KeyboardInterrupt | SystemExit | TrainingStopped):
-        return "aborted"
-    return "failed"
-
-
-def close_all(status: RunStatus | None = None) -> None:
-    """Close every open monitor (run at interpreter exit and on SIGTERM). Without ``status``,
-    a process ending on an uncaught exception (``sys.last_exc``, set by the interpreter when
-    it printed it) closes its monitors as failed."""
-    if status is None:
-        status = run_status(getattr(sys, "last_value", None))
-    for monitor in list(_live):
-        try:
-            monitor.close(status)
-        except Exception:
-            _log.warning("closing %r failed", monitor, exc_info=True)
-
-
-def _after_fork_in_child() -> None:
-    for monitor in list(_live):
-        monitor._forked()
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    close_all("aborted")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _register(monitor: Monitor) -> None:
-    global _hooks_installed
-    _live.add(monitor)
-    if _hooks_installed:
-        return
-    _hooks_installed = True
-    atexit.register(close_all)
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-    # Only take SIGTERM when nobody else has: a user's or a framework's handler wins.
-    if threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):
-            pass

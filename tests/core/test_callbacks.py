@@ -11,7 +11,7 @@ import pytest
 
 import trainmon
 from trainmon import Alert, Callback, MetricStats, TrainingStopped, WindowStats
-from trainmon.monitor import run_status
+from trainmon.lifecycle import run_status
 from trainmon.testing import MemoryWriter
 
 _CONFIG: dict[str, Any] = {"steps_per_print": 4, "console": {"enabled": False}}

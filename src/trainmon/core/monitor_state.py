@@ -7,7 +7,7 @@ the state goes; this module only says what it is, so the core never depends on a
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainmon.logging import get_logger
@@ -64,3 +64,30 @@ def writer_identities(writers: Sequence[Writer]) -> dict[str, Any]:
         if identity is not None:
             identities[key] = dict(identity)
     return identities
+
+
+def checked_monitor_state(state: Any) -> tuple[int, Mapping[str, Any], Mapping[str, Any]]:
+    """``(step, alerts, writers)`` of a :meth:`Monitor.state_dict` mapping; ``ValueError``
+    naming the key for anything else."""
+    if not isinstance(state, Mapping) or state.get("format") != MONITOR_STATE_FORMAT:
+        raise ValueError(
+            f"Monitor.load_state_dict: expected the mapping Monitor.state_dict() returned "
+            f"(with 'format': {MONITOR_STATE_FORMAT!r}), got {f'{state!r:.80}'}"
+        )
+    version = state.get("version")
+    if type(version) is not int or not 1 <= version <= MONITOR_STATE_VERSION:
+        raise ValueError(
+            f"Monitor.load_state_dict: 'version' = {version!r}: this trainmon reads "
+            f"versions 1 to {MONITOR_STATE_VERSION}; upgrade trainmon to read it"
+        )
+    step = state.get("step")
+    if type(step) is not int or step < 0:
+        raise ValueError(f"Monitor.load_state_dict: 'step' = {step!r}: expected an int >= 0")
+    alerts = state.get("alerts") or {}
+    writers = state.get("writers") or {}
+    if not isinstance(alerts, Mapping) or not isinstance(writers, Mapping):
+        raise ValueError(
+            "Monitor.load_state_dict: 'alerts' and 'writers' must be mappings, got "
+            f"{alerts!r:.80} and {writers!r:.80}"
+        )
+    return step, alerts, writers

@@ -339,3 +339,13 @@ class SpanTimer:
 
     def __exit__(self, *exc: object) -> None:
         self._record(self.kind, self.start_time, time.time())
+
+
+def check_total_steps(total_steps: Any) -> int:
+    """``set_total_steps``'s argument as an int >= 1, or an error naming it."""
+    if isinstance(total_steps, bool) or not hasattr(total_steps, "__index__"):
+        raise TypeError(f"set_total_steps: {total_steps!r}: expected an integer >= 1")
+    total = int(total_steps.__index__())
+    if total < 1:
+        raise ValueError(f"set_total_steps: {total}: expected an integer >= 1")
+    return total

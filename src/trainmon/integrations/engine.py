@@ -24,8 +24,9 @@ from trainmon.core.place import discover
 from trainmon.core.writer import RunStatus
 from trainmon.errors import ConfigError
 from trainmon.integrations import checkpoint
+from trainmon.lifecycle import run_status
 from trainmon.logging import get_logger
-from trainmon.monitor import Monitor, run_status
+from trainmon.monitor import Monitor
 
 if TYPE_CHECKING:
     import torch
