@@ -15,16 +15,34 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from trainmon.collect.comm_stats import (
+    MESSAGE_PARAM,
+    SUPPORTED_OPS,
+    Accumulator,
+    OpStats,
+    bandwidth_gbps,
+    convert_size,
+    gbps,
+    summary_table,
+    volume_factors,
+)
+from trainmon.collect.comm_timing import (
+    CommRecord,
+    DeviceTiming,
+    HostAsyncTiming,
+    StepBatch,
+    StepCommMs,
+    is_ready,
+    latency_of,
+)
 from trainmon.config import CommsLoggerConfig
 from trainmon.core.activity import COLLECTIVES
 from trainmon.core.cross_rank import MONITORING_CALL
@@ -36,297 +54,18 @@ if TYPE_CHECKING:
 
 _log = get_logger("comms")
 
-# Collective -> the parameter whose bytes are the "message size" (None: no tensor, e.g. barrier).
-_MESSAGE_PARAM: dict[str, str | None] = {
-    "all_reduce": "tensor",
-    "all_gather": "tensor",  # this rank's shard (tensor_list holds n of them)
-    "all_gather_into_tensor": "input_tensor",
-    "reduce_scatter": "output",  # this rank's shard (input_list holds n of them)
-    "reduce_scatter_tensor": "output",
-    "all_to_all_single": "input",
-    "all_to_all": "input_tensor_list",
-    "broadcast": "tensor",
-    "reduce": "tensor",
-    "gather": "tensor",
-    "scatter": "tensor",
-    "send": "tensor",
-    "recv": "tensor",
-    "barrier": None,
-}
-SUPPORTED_OPS: tuple[str, ...] = tuple(_MESSAGE_PARAM)
-"""The ``torch.distributed`` functions :meth:`CommsLogger.install` wraps (``prof_ops`` names)."""
+__all__ = [
+    "STEP_FIELDS",
+    "SUPPORTED_OPS",
+    "CommsLogger",
+    "OpStats",
+    "bandwidth_gbps",
+    "convert_size",
+    "volume_factors",
+]
 
 STEP_FIELDS = ("count", "bytes", "latency_ms", "busbw_gbps")
 """Per-step metrics, ``comm/<op>/<field>``, enqueued by :meth:`CommsLogger.take_step_comm_ms`."""
-
-_SIZE_NAMES = ("B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
-_COLUMNS = (
-    "Comm. Op",
-    "Message Size",
-    "Count",
-    "Total Latency(ms)",
-    "Avg Latency(ms)",
-    "tput_avg (Gbps)",
-    "busbw_avg (Gbps)",
-)
-_TIMING_WAIT_S = 60.0  # longest the background thread waits for an async op to finish
-
-
-# ---- bandwidth: DeepSpeed's formulas ----------------------------------------------------------
-
-
-def volume_factors(op: str, group_size: int) -> tuple[float, float]:
-    """Bytes counted for (algbw, busbw) per message byte, as DeepSpeed counts them.
-
-    Kept apart from the division by time so that a run's totals can be summed per message
-    byte and divided by total time once.
-    """
-    n = group_size
-    if n < 1:
-        raise ValueError(f"group size {n}: expected at least 1")
-    # From DeepSpeed deepspeed/utils/comms_logging.py calc_bw_log (after NCCL's
-    # nccl-tests doc/PERFORMANCE.md), with size in bytes and duration in ms:
-    if op in ("all_to_all_single", "all_to_all"):
-        # tput = size / duration; busbw = (size / duration) * ((n - 1) / n)
-        return 1.0, (n - 1) / n
-    if op in ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor"):
-        # size *= n; tput = size / duration; busbw = (size / duration) * ((n - 1) / n)
-        return float(n), n * ((n - 1) / n)
-    if op == "all_reduce":
-        # tput = size * 2 / duration; busbw = (size / duration) * (2 * (n - 1) / n)
-        return 2.0, 2 * (n - 1) / n
-    if op in ("send", "recv", "isend", "irecv", "broadcast", "reduce", "gather", "scatter"):
-        # tput = size / duration; busbw = tput
-        return 1.0, 1.0
-    if op == "barrier":
-        return 1.0, 1.0
-    raise ValueError(f"collective {op!r}: no bandwidth formula; expected one of {SUPPORTED_OPS}")
-
-
-def _gbps(volume_bytes: float, latency_ms: float) -> float:
-    # DeepSpeed: bytes per ms, then "tput *= 8; tput /= 1e6" -> Gbit/s.
-    if latency_ms <= 0.0:
-        return 0.0
-    return volume_bytes / latency_ms * 8 / 1e6
-
-
-def bandwidth_gbps(
-    op: str, size_bytes: float, latency_ms: float, group_size: int
-) -> tuple[float, float]:
-    """(algbw, busbw) in Gbit/s of one call, exactly as DeepSpeed's ``calc_bw_log``.
-
-    A zero latency gives zero bandwidth instead of DeepSpeed's ZeroDivisionError.
-    """
-    alg, bus = volume_factors(op, group_size)
-    return _gbps(size_bytes * alg, latency_ms), _gbps(size_bytes * bus, latency_ms)
-
-
-def convert_size(size_bytes: int) -> str:
-    """A byte count the way DeepSpeed's summary prints it: ``1024`` -> ``"1.0 KB"``."""
-    if size_bytes <= 0:
-        return "0B"
-    i = 0  # DeepSpeed takes floor(log(size, 1024)); integer steps cannot round down a power
-    while size_bytes >= 1024 ** (i + 1) and i < len(_SIZE_NAMES) - 1:
-        i += 1
-    return f"{round(size_bytes / 1024**i, 2)} {_SIZE_NAMES[i]}"
-
-
-# ---- what one summary row holds ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OpStats:
-    """Every recorded call of one collective with one message size, on this rank."""
-
-    count: int
-    total_bytes: int
-    total_latency_ms: float
-    min_latency_ms: float
-    max_latency_ms: float
-    algbw_gbps: float
-    """DeepSpeed's ``tput``: algorithm bytes over total time (its formula at the mean latency)."""
-    busbw_gbps: float
-    """Bus bandwidth, comparable across group sizes and with nccl-tests."""
-
-    @property
-    def avg_latency_ms(self) -> float:
-        """Mean latency of one call."""
-        return self.total_latency_ms / self.count if self.count else 0.0
-
-
-class _Accumulator:
-    """Running sums behind one :class:`OpStats` (bandwidth volumes summed, divided once)."""
-
-    __slots__ = ("alg_bytes", "bus_bytes", "count", "latency_ms", "max_ms", "min_ms", "nbytes")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.nbytes = 0
-        self.latency_ms = 0.0
-        self.min_ms = math.inf
-        self.max_ms = 0.0
-        self.alg_bytes = 0.0
-        self.bus_bytes = 0.0
-
-    def add(self, nbytes: int, latency_ms: float, alg: float, bus: float) -> None:
-        self.count += 1
-        self.nbytes += nbytes
-        self.latency_ms += latency_ms
-        self.min_ms = min(self.min_ms, latency_ms)
-        self.max_ms = max(self.max_ms, latency_ms)
-        self.alg_bytes += nbytes * alg
-        self.bus_bytes += nbytes * bus
-
-    def snapshot(self) -> OpStats:
-        return OpStats(
-            count=self.count,
-            total_bytes=self.nbytes,
-            total_latency_ms=self.latency_ms,
-            min_latency_ms=self.min_ms if self.count else 0.0,
-            max_latency_ms=self.max_ms,
-            algbw_gbps=_gbps(self.alg_bytes, self.latency_ms),
-            busbw_gbps=_gbps(self.bus_bytes, self.latency_ms),
-        )
-
-
-# ---- timings that are only known later --------------------------------------------------------
-
-
-class _Timing(Protocol):
-    def ready(self) -> bool: ...
-
-    def elapsed_ms(self) -> float | None: ...
-
-
-class _HostAsyncTiming:
-    """An ``async_op=True`` CPU collective: the clock is read when its future completes."""
-
-    __slots__ = ("end", "start")
-
-    def __init__(self, start: float) -> None:
-        self.start = start
-        self.end: float | None = None
-
-    def done(self, future: Any) -> None:
-        """Future done-callback (runs on the backend's thread, or inline if already done)."""
-        self.end = time.perf_counter()
-
-    def ready(self) -> bool:
-        """True once the collective has finished (reading it will not wait)."""
-        return self.end is not None
-
-    def elapsed_ms(self) -> float | None:
-        """Wait (background thread) until the collective has finished; None if it never does."""
-        deadline = time.monotonic() + _TIMING_WAIT_S
-        while self.end is None:
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.0005)
-        return max(0.0, (self.end - self.start) * 1e3)
-
-
-class _DeviceTiming:
-    """A CUDA collective: two timing events on the stream; read in the background."""
-
-    __slots__ = ("device", "end", "recorded", "start")
-
-    def __init__(self, start: Any, end: Any, device: Any, recorded: bool) -> None:
-        self.start = start
-        self.end = end
-        self.device = device
-        self.recorded = recorded
-
-    def done(self, future: Any) -> None:
-        """Future done-callback: torch runs it with current streams that wait for the
-        collective's kernels (``Future.then`` docs), so the end event lands after them."""
-        import torch
-
-        self.end.record(torch.cuda.current_stream(self.device))
-        self.recorded = True
-
-    def ready(self) -> bool:
-        """True once the end event has been recorded and reached by the device."""
-        return self.recorded and bool(self.end.query())
-
-    def elapsed_ms(self) -> float | None:
-        """Synchronise the end event (background thread only) and read the elapsed time."""
-        deadline = time.monotonic() + _TIMING_WAIT_S
-        while not self.recorded:
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.0005)
-        self.end.synchronize()
-        return max(0.0, float(self.start.elapsed_time(self.end)))
-
-
-# A record: (op, message bytes, group size, latency ms or a _Timing, caller function or None).
-_Record = tuple[str, int, int, Any, str | None]
-
-
-def _latency(value: float | _Timing) -> float | None:
-    if isinstance(value, float):
-        return value
-    return value.elapsed_ms()
-
-
-def _ready(value: float | _Timing) -> bool:
-    return isinstance(value, float) or value.ready()
-
-
-class _StepBatch:
-    """The collectives of one step, handed from the training thread to whoever reads them."""
-
-    __slots__ = ("_latencies", "_lock", "_summary", "fold_from", "records")
-
-    def __init__(self, records: list[_Record], fold_from: int) -> None:
-        self.records = records
-        self.fold_from = fold_from  # records before this index were folded by an early stats()
-        self._latencies: list[float | None] | None = None
-        self._summary: dict[str, tuple[int, int, float, float]] | None = None
-        self._lock = threading.Lock()
-
-    def latencies(self) -> list[float | None]:
-        """Each record's latency in ms (None: could not be timed); resolved once."""
-        with self._lock:
-            if self._latencies is None:
-                self._latencies = [_latency(record[3]) for record in self.records]
-            return self._latencies
-
-    def total_ms(self) -> float:
-        """Time spent in collectives during the step."""
-        return math.fsum(latency for latency in self.latencies() if latency is not None)
-
-    def summary(self) -> dict[str, tuple[int, int, float, float]]:
-        """op -> (count, bytes, latency ms, busbw Gbit/s) for this step."""
-        latencies = self.latencies()
-        with self._lock:
-            if self._summary is None:
-                sums: dict[str, list[float]] = {}
-                for (op, nbytes, n, _, _), latency in zip(self.records, latencies, strict=True):
-                    if latency is None:
-                        continue
-                    entry = sums.setdefault(op, [0, 0, 0.0, 0.0])
-                    entry[0] += 1
-                    entry[1] += nbytes
-                    entry[2] += latency
-                    entry[3] += nbytes * volume_factors(op, n)[1]
-                self._summary = {
-                    op: (int(c), int(b), lat, _gbps(bus, lat))
-                    for op, (c, b, lat, bus) in sums.items()
-                }
-            return self._summary
-
-
-class _StepCommMs(Deferred):
-    """``perf/comm_ms`` of a step whose timings are device events or async completions."""
-
-    __slots__ = ("_batch",)
-
-    def __init__(self, batch: _StepBatch) -> None:
-        self._batch = batch
-
-    def resolve(self) -> float:
-        return self._batch.total_ms()
 
 
 class _StepOpMetric(Deferred):
@@ -335,7 +74,7 @@ class _StepOpMetric(Deferred):
 
     __slots__ = ("_batch", "_index", "_logger", "_op")
 
-    def __init__(self, logger: CommsLogger, batch: _StepBatch, op: str, index: int) -> None:
+    def __init__(self, logger: CommsLogger, batch: StepBatch, op: str, index: int) -> None:
         self._logger = logger
         self._batch = batch
         self._op = op
@@ -378,11 +117,11 @@ class CommsLogger:
         self._logs_summary = logs
         self._installed = False
         self._patched: list[tuple[ModuleType, str, Any, Any]] = []
-        self._records: list[_Record] = []
-        self._has_timings = False  # some record in _records holds a _Timing, not a float
+        self._records: list[CommRecord] = []
+        self._has_timings = False  # some record in _records holds a Timing, not a float
         self._folded_upto = 0
-        self._unfolded: deque[_StepBatch] = deque()
-        self._stats: dict[str, dict[int, _Accumulator]] = {}
+        self._unfolded: deque[StepBatch] = deque()
+        self._stats: dict[str, dict[int, Accumulator]] = {}
         self._lock = threading.Lock()
         self._state = _CallState()
         self._group_sizes: dict[Any, int] = {}
@@ -395,7 +134,7 @@ class CommsLogger:
     def _selected_ops(self) -> tuple[str, ...]:
         if not self._recording or self.config.prof_all:
             return SUPPORTED_OPS
-        unknown = [op for op in self.config.prof_ops if op not in _MESSAGE_PARAM]
+        unknown = [op for op in self.config.prof_ops if op not in MESSAGE_PARAM]
         if unknown:
             _log.warning(
                 "comms_logger.prof_ops: %s not recorded; expected names among %s",
@@ -460,7 +199,7 @@ class CommsLogger:
     def _wrap(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
         """A function that times ``original`` and appends one record: the hot path."""
         params = list(inspect.signature(original).parameters)
-        tensor_key = _MESSAGE_PARAM[op] or ""
+        tensor_key = MESSAGE_PARAM[op] or ""
         tensor_pos = params.index(tensor_key) if tensor_key in params else -1
         group_pos = params.index("group") if "group" in params else -1
         async_pos = params.index("async_op") if "async_op" in params else -1
@@ -522,7 +261,7 @@ class CommsLogger:
 
     def _time_async_on_host(self, work: Any, start: float, enqueue_ms: float) -> Any:
         """A timing that ends when the async work completes; the enqueue time without a future."""
-        timing = _HostAsyncTiming(start)
+        timing = HostAsyncTiming(start)
         try:
             work.get_future().add_done_callback(timing.done)
         except (RuntimeError, AttributeError):
@@ -564,7 +303,7 @@ class CommsLogger:
             state.busy = False
             COLLECTIVES.leave()
         try:
-            timing = _DeviceTiming(start, end, device, recorded=False)
+            timing = DeviceTiming(start, end, device, recorded=False)
             if async_op and result is not None:
                 try:
                     result.get_future().add_done_callback(timing.done)
@@ -641,7 +380,7 @@ class CommsLogger:
         self._records = []
         fold_from, self._folded_upto = self._folded_upto, 0
         has_timings, self._has_timings = self._has_timings, False
-        batch = _StepBatch(records, fold_from)
+        batch = StepBatch(records, fold_from)
         if self._recording:
             self._unfolded.append(batch)
             items: list[tuple[str, Deferred]] = []
@@ -655,7 +394,7 @@ class CommsLogger:
                 )
             self._monitor.emit_checked(tuple(items), resolve=True)
         if has_timings:
-            return _StepCommMs(batch)
+            return StepCommMs(batch)
         total: float = sum(record[3] for record in records)
         return total
 
@@ -669,7 +408,7 @@ class CommsLogger:
                 self._fold(batch.records, batch.latencies(), batch.fold_from)
                 self._unfolded.popleft()
 
-    def _fold(self, records: list[_Record], latencies: list[float | None], start: int) -> None:
+    def _fold(self, records: list[CommRecord], latencies: list[float | None], start: int) -> None:
         """Add ``records[start:len(latencies)]`` to the statistics (caller holds the lock)."""
         rank = self._monitor.place.rank
         for index in range(start, len(latencies)):
@@ -683,11 +422,11 @@ class CommsLogger:
                 by_size = self._stats[op] = {}
             acc = by_size.get(nbytes)
             if acc is None:
-                acc = by_size[nbytes] = _Accumulator()
+                acc = by_size[nbytes] = Accumulator()
             acc.add(nbytes, latency, alg, bus)
             if self._verbose:
                 name = op if caller is None else f"{op} | [Caller Func: {caller}]"
-                algbw, busbw = _gbps(nbytes * alg, latency), _gbps(nbytes * bus, latency)
+                algbw, busbw = gbps(nbytes * alg, latency), gbps(nbytes * bus, latency)
                 _log.info(
                     "rank=%d | comm op: %s | time (ms): %.2f | msg size: %s | algbw (Gbps): %.2f "
                     "| busbw (Gbps): %.2f",
@@ -713,8 +452,8 @@ class CommsLogger:
             records = self._records
             done = self._folded_upto
             latencies: list[float | None] = [None] * done
-            while done < len(records) and _ready(records[done][3]):
-                latencies.append(_latency(records[done][3]))
+            while done < len(records) and is_ready(records[done][3]):
+                latencies.append(latency_of(records[done][3]))
                 done += 1
             self._fold(records, latencies, self._folded_upto)
             self._folded_upto = done
@@ -725,18 +464,9 @@ class CommsLogger:
 
     def log_summary(self) -> str:
         """DeepSpeed's ``log_summary`` table of :meth:`stats`; logged on the logging rank only."""
-        width = 20
-        lines = ["".join(f"{column: <{width}}" for column in _COLUMNS).rstrip()]
-        for op, by_size in self.stats().items():
-            lines.append(op)
-            for size, row in by_size.items():
-                lines.append(
-                    f"{' ': <{width}}{convert_size(size): <{width}}{row.count: <{width}}"
-                    f"{row.total_latency_ms: <{width}.2f}{row.avg_latency_ms: <{width}.2f}"
-                    f"{row.algbw_gbps: <{width}.2f}{row.busbw_gbps: <{width}.2f}".rstrip()
-                )
-        table = "\n".join(lines)
-        if self._logs_summary and len(lines) > 1:  # nothing recorded: nothing to say
+        stats = self.stats()
+        table = summary_table(stats)
+        if self._logs_summary and stats:  # nothing recorded: nothing to say
             _log.info("communication summary (rank %d):\n%s", self._monitor.place.rank, table)
         return table
 
