@@ -19,14 +19,16 @@ Per step:
   gradient norm of the module's two gradients: foreach kernels, no sync),
   ``on_train_batch_end``, and ``TrainmonLogger.log_metrics`` with one ``self.log`` value;
   breakdown on.
-* ``(grad norm)``: the Lightning row's gradient norm alone (``total_grad_norm``), the part of
-  that row a user who logs a gradient norm pays anyway.
+* ``(grad norm)``: the Lightning row's gradient norm alone (``grad_norm``: one foreach
+  kernel, combined in the background), the part of that row a user who logs a gradient norm
+  pays anyway.
 * ``accelerate``: ``accelerator.log``'s call of ``TrainmonTracker.log`` with two values and a
   new step (closes a step of the instrument).
 
 The monitor writes a JSONL journal (console off); its background thread runs meanwhile, as in
-training. Costs are the training thread's CPU time (``thread_time_ns``), so that the other
-processes of a shared machine do not count.
+training. The headline is wall time per step (``perf_counter_ns``: what a user waits, GIL waits
+included); the training thread's CPU time (``thread_time_ns``, which other processes of a
+shared machine do not move) is beside it.
 
 Each round times one block of ``--steps`` steps of the bare loop and one of the driven loop
 (``harness.per_call_us`` on the thread-CPU clock, step numbers running on across rounds, the
@@ -148,7 +150,7 @@ def accelerate_driver(base: Path) -> tuple[Callable[[int], None], Callable[[int]
 
 def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], None], Any]:
     """The Lightning row's gradient norm by itself (the part a user logging it pays anyway)."""
-    from trainmon.collect.meters import total_grad_norm
+    from trainmon.collect.instrument import grad_norm
 
     module = torch.nn.Linear(4, 4)
     grads = [torch.randn_like(p) for p in module.parameters()]
@@ -157,36 +159,44 @@ def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], 
         pass
 
     def driven(step: int) -> None:
-        total_grad_norm(grads, True)
+        grad_norm(grads, True)
 
     return bare, driven, lambda: None
 
 
 def measure(build: Any, base: Path, steps: int, rounds: int) -> dict[str, Any]:
-    """Paired rounds of the bare and the driven loop: thread-CPU µs per step of each, and the
-    driver's cost (median of the per-round differences, bootstrap 95 % interval)."""
+    """Paired rounds of the bare and the driven loop: wall and thread-CPU µs per step of each,
+    and the driver's cost on each clock (median of the per-round differences, bootstrap 95 %
+    interval). Wall time includes waiting for the GIL while the monitor's threads run."""
     loops: dict[str, Callable[[int], None]]
     bare, driven, close = build(base)
     loops = {"bare": bare, "driven": driven}
-    us: dict[str, list[float]] = {"bare": [], "driven": []}
+    wall: dict[str, list[float]] = {"bare": [], "driven": []}
+    cpu: dict[str, list[float]] = {"bare": [], "driven": []}
 
     def block(which: str, index: int, recorded: bool) -> None:
         # both loops of a round see the same step numbers; they only grow across rounds
         first = 1 + index * steps
-        (per_step,) = harness.per_call_us(
-            loops[which], steps, 1, clock=time.thread_time_ns, first=first
-        )
+        loop = loops[which]
+        wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
+        for step in range(first, first + steps):
+            loop(step)
+        cpu1, wall1 = time.thread_time_ns(), time.perf_counter_ns()
         if recorded:
-            us[which].append(per_step)
+            wall[which].append((wall1 - wall0) / steps / 1e3)
+            cpu[which].append((cpu1 - cpu0) / steps / 1e3)
 
     harness.interleaved_rounds(
         ("bare", "driven"), rounds, block, order="alternate", warmup_rounds=WARMUP_ROUNDS
     )
     close()
-    cost, interval = harness.paired_difference(
-        us["driven"], us["bare"], random.Random(0), BOOTSTRAP_RESAMPLES
-    )
-    return {"cost_us": cost, "ci_us": interval, "bare_us": statistics.median(us["bare"])}
+    got: dict[str, Any] = {"bare_us": statistics.median(wall["bare"])}
+    for clock, us in (("wall", wall), ("cpu", cpu)):
+        cost, interval = harness.paired_difference(
+            us["driven"], us["bare"], random.Random(0), BOOTSTRAP_RESAMPLES
+        )
+        got[f"{clock}_us"], got[f"{clock}_ci_us"] = cost, interval
+    return got
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -207,23 +217,35 @@ def main(argv: list[str] | None = None) -> None:
     info = harness.machine_info(("trainmon", "torch", "transformers", "pytorch_lightning"))
     print(harness.machine_line(info))
     print(
-        f"training-thread CPU time per step (thread_time), {options.rounds} rounds x "
-        f"{options.steps} steps, median of paired rounds"
+        f"training-thread time per step, {options.rounds} rounds x {options.steps} steps, "
+        f"median of paired rounds: wall (perf_counter) and CPU (thread_time)"
     )
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in drivers.items():
             got = measure(build, Path(tmp), options.steps, options.rounds)
-            low, high = got["ci_us"]
+            (wall_low, wall_high), (cpu_low, cpu_high) = got["wall_ci_us"], got["cpu_ci_us"]
             lines.append(
                 (
                     name,
-                    f"{got['cost_us']:.1f}",
-                    f"[{low:.1f}, {high:.1f}]",
+                    f"{got['wall_us']:.1f}",
+                    f"[{wall_low:.1f}, {wall_high:.1f}]",
+                    f"{got['cpu_us']:.1f}",
+                    f"[{cpu_low:.1f}, {cpu_high:.1f}]",
                     f"{got['bare_us']:.1f}",
                 )
             )
-    harness.print_markdown_table(("driver", "µs/step (driver)", "95% CI", "µs/step (bare)"), lines)
+    harness.print_markdown_table(
+        (
+            "driver",
+            "wall µs/step (driver)",
+            "95% CI",
+            "CPU µs/step (driver)",
+            "95% CI",
+            "wall µs/step (bare)",
+        ),
+        lines,
+    )
     if warning := harness.busy_warning(info):
         print(warning)
 

@@ -20,8 +20,7 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
-from trainmon.collect.instrument import StepInstrument
-from trainmon.collect.meters import total_grad_norm
+from trainmon.collect.instrument import StepInstrument, grad_norm
 from trainmon.config import ConfigSource
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
@@ -238,7 +237,7 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         groups = getattr(optimizer, "param_groups", None)
         self._lr = groups[0].get("lr") if groups else None
         grads = [p.grad for p in self._params if p.grad is not None]
-        inst.record_grad_norm(total_grad_norm(grads, self._same_kind))
+        inst.record_grad_norm(grad_norm(grads, self._same_kind))  # combined in the background
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, idx: int
