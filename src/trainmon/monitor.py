@@ -56,7 +56,12 @@ from trainmon.core.writer import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.errors import TrainingStopped
 from trainmon.lifecycle import register, run_status, unregister, why_unwritable
 from trainmon.logging import get_logger
-from trainmon.monitor_parts import WindowCallback, cross_rank_reducer, on_demand_profiler
+from trainmon.monitor_parts import (
+    WindowCallback,
+    cross_rank_reducer,
+    on_demand_profiler,
+    pipeline_settings,
+)
 from trainmon.writers import build_writers
 from trainmon.writers.custom import as_writer
 
@@ -97,7 +102,7 @@ class Monitor:
         self.log_rank = logging_rank(self.config.trainmon.log_rank, self.place)
         # alert rules, stall watchdog and sinks (config.alerts); None without rules
         self.alerts: AlertSystem | None = build_alerts(self.config, self.place)
-        pipeline_config = self.config.trainmon
+        pipeline_config = pipeline_settings(self.config)
         if writers is None:
             writes = writes_on_rank(self.place, pipeline_config.per_rank_output, self.log_rank)
             writers = build_writers(self.config, self.place) if writes else []

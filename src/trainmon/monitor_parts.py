@@ -1,5 +1,6 @@
-"""The parts the Monitor is composed of that depend on where it runs: the cross-rank reducer,
-the profile-on-demand watcher, and the adapter that hands windows to a user's callback.
+"""The parts the Monitor is composed of that depend on where it runs: the pipeline's settings,
+the cross-rank reducer, the profile-on-demand watcher, and the adapter that hands windows to a
+user's callback.
 
 Why apart: each is decided once, at construction, from the config and the process's place;
 the Monitor itself then only holds them.
@@ -9,20 +10,36 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from trainmon.collect.profiler import ProfileOnDemand
-from trainmon.config import TrainmonConfig
+from trainmon.config import PipelineConfig, TrainmonConfig
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.callbacks import Callback
 from trainmon.core.cross_rank import CrossRankReducer
 from trainmon.core.events import StepScalars
-from trainmon.core.pipeline import Observer
+from trainmon.core.pipeline import (
+    DEFAULT_DRAIN_INTERVAL_S,
+    STOP_RULES_DRAIN_INTERVAL_S,
+    Observer,
+)
 from trainmon.core.place import ProcessPlace
 from trainmon.logging import get_logger
 from trainmon.writers import run_identity
 
 _log = get_logger("monitor")
+
+
+def pipeline_settings(config: TrainmonConfig) -> PipelineConfig:
+    """``config.trainmon`` with ``drain_interval_s`` decided: when null, prompt (50 ms) only
+    if a rule may stop training, since each wake-up costs CPU beside the training thread."""
+    settings = config.trainmon
+    if settings.drain_interval_s is not None:
+        return settings
+    stops = any(rule.action == "stop" for rule in config.alerts.rule_configs())
+    drain = STOP_RULES_DRAIN_INTERVAL_S if stops else DEFAULT_DRAIN_INTERVAL_S
+    return replace(settings, drain_interval_s=drain)
 
 
 def on_demand_profiler(

@@ -76,6 +76,11 @@ class Observer:
 
 DROPPED_METRIC = "trainmon/dropped_events"
 WRITER_ERRORS_METRIC = "trainmon/writer_errors"
+#: the background thread's wake-up interval when ``trainmon.drain_interval_s`` is null and no
+#: alert rule needs to stop training promptly
+DEFAULT_DRAIN_INTERVAL_S = 0.25
+#: ... and when one does (a NaN loss, read in the background, stops training a few steps later)
+STOP_RULES_DRAIN_INTERVAL_S = 0.05
 _CHUNK_ENTRIES = 2048
 
 
@@ -121,7 +126,10 @@ class Pipeline:
         self._reported_counters = (0, 0)
         self._last_step = 0
         flush_every = self.config.flush_interval_s
-        self._poll_s = max(0.001, min(0.05, flush_every))
+        # few, large batches: each wake-up of this thread and the writers' costs CPU beside
+        # training (50 ms cost twice the CPU of 250 ms per step; see docs/performance.md)
+        drain_every = self.config.drain_interval_s or DEFAULT_DRAIN_INTERVAL_S
+        self._poll_s = max(0.001, min(drain_every, flush_every))
         self._thread = threading.Thread(target=self._run, name="trainmon-pipeline", daemon=True)
         self._thread.start()
 

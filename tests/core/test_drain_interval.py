@@ -1,0 +1,42 @@
+"""How often the background thread wakes: rarely by default (each wake-up costs CPU beside the
+training thread), promptly when an alert rule may stop training, as set when set."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from trainmon import Monitor
+from trainmon.config import load_config
+from trainmon.errors import ConfigError
+from trainmon.monitor_parts import pipeline_settings
+from trainmon.testing import MemoryWriter
+
+STOP_RULE = {"metric": "train/loss", "kind": "non_finite", "action": "stop"}
+
+
+def test_null_means_quarter_second_and_prompt_only_with_a_stop_rule() -> None:
+    assert pipeline_settings(load_config({})).drain_interval_s == 0.25
+    warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "warn"}]}}
+    assert pipeline_settings(load_config(warn_only)).drain_interval_s == 0.25
+    stopping = {"alerts": {"rules": [STOP_RULE]}}
+    assert pipeline_settings(load_config(stopping)).drain_interval_s == 0.05
+    chosen = {"alerts": {"rules": [STOP_RULE]}, "trainmon": {"drain_interval_s": 2.0}}
+    assert pipeline_settings(load_config(chosen)).drain_interval_s == 2.0
+
+
+def test_a_bad_interval_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"trainmon\.drain_interval_s"):
+        load_config({"trainmon": {"drain_interval_s": 0}})
+
+
+def test_values_reach_the_writer_within_the_interval_without_a_flush() -> None:
+    writer = MemoryWriter()
+    config = {"console": {"enabled": False}, "trainmon": {"drain_interval_s": 0.1}}
+    with Monitor(config, writers=[writer]) as monitor:
+        monitor.write_events([("train/loss", 1.5, 1)])
+        deadline = time.monotonic() + 5.0
+        while not writer.values("train/loss") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer.values("train/loss") == [(1, 1.5)]
