@@ -13,7 +13,7 @@ from trainmon.errors import ConfigError
 from trainmon.monitor_parts import pipeline_settings
 from trainmon.testing import MemoryWriter
 
-STOP_RULE = {"metric": "train/loss", "kind": "non_finite", "action": "stop"}
+STOP_RULE = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
 
 
 def test_null_means_quarter_second_and_prompt_only_with_a_stop_rule() -> None:
