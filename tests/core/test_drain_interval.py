@@ -18,7 +18,7 @@ STOP_RULE = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "actio
 
 def test_null_means_quarter_second_and_prompt_only_with_a_stop_rule() -> None:
     assert pipeline_settings(load_config({})).drain_interval_s == 0.25
-    warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "warn"}]}}
+    warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "alert"}]}}
     assert pipeline_settings(load_config(warn_only)).drain_interval_s == 0.25
     stopping = {"alerts": {"rules": [STOP_RULE]}}
     assert pipeline_settings(load_config(stopping)).drain_interval_s == 0.05
