@@ -206,3 +206,13 @@ def test_hparams_of_torch_add_hparams_are_read_with_and_without_protobuf(tmp_pat
     notes: list[str] = []
     assert read_hparams([b"\x1a\xff", *contents], notes) == run.hparams
     assert notes == ["skipped 1 unreadable TensorBoard hparams summary(ies)"]
+
+
+def test_an_int_and_the_same_float_are_the_same_hyper_parameter() -> None:
+    """TensorBoard holds numbers as doubles: 32 and 32.0 do not differ; a bool, a string or
+    another number still does."""
+    from trainmon.core.records import hparam_differences
+
+    journal = {"batch": 32, "amp": True, "name": "3", "lr": 1}
+    board = {"batch": 32.0, "amp": 1.0, "name": 3.0, "lr": 1.5}
+    assert hparam_differences([journal, board]) == ["amp", "lr", "name"]
