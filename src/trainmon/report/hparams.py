@@ -32,10 +32,13 @@ def read_hparams(contents: Iterable[bytes], notes: list[str]) -> dict[str, Hpara
     """The hyper-parameters of every ``session_start_info`` in ``contents`` (in order; a later
     value of a key wins, as a later ``log_hparams`` does in the journal). An unreadable content
     is skipped and noted."""
-    decode = _decoder()
     found: dict[str, HparamValue] = {}
+    pending = list(contents)
+    if not pending:  # no protobuf import for a folder without hyper-parameters
+        return found
+    decode = _decoder()
     bad = 0
-    for content in contents:
+    for content in pending:
         try:
             found.update(decode(content))
         except _Malformed:
