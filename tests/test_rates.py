@@ -293,3 +293,38 @@ def test_engine_rates_are_samples_over_time(
     lines = [line for line in out.splitlines() if line.startswith("step ")]
     assert len(lines) == 2 and all("(fwd " in line and "other " in line for line in lines)
     assert not any("comm" in line for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("save_at", [8, 10])  # at a window's end (4 steps) and inside one
+def test_job_rate_after_a_two_rank_resume_is_the_sum_of_the_ranks_rates(
+    tmp_path: Path, save_at: int
+) -> None:
+    """Two ranks save at ``save_at``, run to step 14 and die; the resumed job runs to step 24.
+    The journal counts each step once, from the latest attempt: ``trainmon summary``'s job
+    samples/s on rank 0's journal is the sum of the ranks' samples/s (each rank's own journal)
+    within 5%, and both ranks' samples counted over the kept steps' wall time within 10%; the
+    TensorBoard folders give the same figures."""
+    from conftest import printed_objects, torchrun
+
+    worker = Path(__file__).parent / "scripts" / "resume_ranks_worker.py"
+    reports = []
+    for run in (1, 2):
+        result = torchrun(worker, 2, str(tmp_path), str(run), str(save_at), timeout=240)
+        reports += printed_objects(result.stdout)
+    assert sorted((r["run"], r["rank"]) for r in reports) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    first = [r for r in reports if r["run"] == 1]
+    second = [r for r in reports if r["run"] == 2]
+    assert [len(r["ends"]) for r in first + second] == [14, 14, 24 - save_at, 24 - save_at]
+    kept = max(r["ends"][save_at - 1] - r["start"] for r in first)  # steps 1..save_at
+    redone = max(r["ends"][-1] - r["start"] for r in second)  # steps save_at+1..24
+    truth = 2 * 16 * 24 / (kept + redone)
+    folder = tmp_path / "job"
+    ranks = [summary_rate(folder / f"rank-{rank}") for rank in (0, 1)]
+    job = summary_rate(folder / "rank-0", "job samples/s")
+    assert job == pytest.approx(sum(ranks), rel=0.05), (job, ranks)
+    assert job == pytest.approx(truth, rel=0.1), (job, truth)
+    board = tmp_path / "tb" / "job"
+    shown = [summary_rate(board / f"rank-{rank}") for rank in (0, 1)]
+    assert shown == pytest.approx(ranks, rel=1e-3)
+    assert summary_rate(board / "rank-0", "job samples/s") == pytest.approx(job, rel=1e-3)

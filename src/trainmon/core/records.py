@@ -290,10 +290,20 @@ def check_metrics(
 
 
 def hparam_differences(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The keys whose value differs between runs (missing in some counts as different), sorted."""
+    """The keys whose value differs between runs (missing in some counts as different), sorted.
+
+    An int and a float of the same value are the same (``3`` in a journal reads back as ``3.0``
+    from TensorBoard, which holds every number as a double)."""
     keys = sorted(set().union(*runs)) if runs else []
     missing = object()
-    return [key for key in keys if len({repr(run.get(key, missing)) for run in runs}) > 1]
+    return [key for key in keys if len({_same(run.get(key, missing)) for run in runs}) > 1]
+
+
+def _same(value: Any) -> str:
+    """What two equal hyper-parameter values have in common: ``repr``, ints as floats."""
+    if type(value) is int and -(2**53) <= value <= 2**53:
+        return repr(float(value))
+    return repr(value)
 
 
 class PendingProgress(Pending):

@@ -49,6 +49,16 @@ def step_axis(series: Mapping[str, Series]) -> dict[str, Series]:
     return steps or dict(series)
 
 
+def distinct_steps(series: Mapping[str, Series]) -> int:
+    """How many steps logged something (cheap when every metric has the same steps)."""
+    lists = [s.steps for s in series.values()]
+    if not lists:
+        return 0
+    if all(steps == lists[0] for steps in lists[1:]):
+        return len(lists[0])
+    return len(set().union(*lists))
+
+
 def settle(run: Run) -> Run:
     """``run`` with its alerts derived from edges where the folder holds no alert records, and
     its step count taken from step-axis series only."""

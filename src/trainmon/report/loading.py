@@ -23,8 +23,9 @@ import orjson
 
 from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
-from trainmon.report.agree import settle
+from trainmon.report.agree import distinct_steps, settle
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
+from trainmon.report.hparams import read_hparams
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
 
@@ -440,7 +441,7 @@ def load_event_files(
     *,
     verify: bool = True,
 ) -> Run:
-    """Read the scalars of ``files`` (all under ``folder``) as one run.
+    """Read the scalars and hyper-parameters of ``files`` (all under ``folder``) as one run.
 
     Files in one folder are one run, read in name (time) order. When several folders hold event
     files, a tag found in more than one is prefixed with its folder's path so none hides another.
@@ -504,8 +505,9 @@ def load_event_files(
         notes=notes,
     )
     run.series = _finish(dict(raw), run.notes)
-    run.step_count = _distinct_steps(run.series)
+    run.step_count = distinct_steps(run.series)
     run.alerts = load_alerts(folder, run.notes)
+    run.hparams = read_hparams((c for r in results.values() for c in r.hparams_data), notes)
     return run
 
 
@@ -525,7 +527,7 @@ def load_csv_files(folder: Path, files: list[Path], name: str | None = None) -> 
     if skipped:
         run.notes.append(f"skipped {skipped} unreadable CSV row(s)")
     run.series = _finish(raw, run.notes)
-    run.step_count = _distinct_steps(run.series)
+    run.step_count = distinct_steps(run.series)
     return run
 
 
@@ -569,16 +571,6 @@ def _finish(
     if dropped:
         notes.append(f"skipped {dropped} value(s) that are not numbers")
     return series
-
-
-def _distinct_steps(series: dict[str, Series]) -> int:
-    """How many steps logged something (cheap when every metric has the same steps)."""
-    lists = [s.steps for s in series.values()]
-    if not lists:
-        return 0
-    if all(steps == lists[0] for steps in lists[1:]):
-        return len(lists[0])
-    return len(set().union(*lists))
 
 
 def _number(value: Any) -> float | None:

@@ -7,8 +7,9 @@ needs are decoded by hand:
 * ``Event``: ``wall_time`` (1, double), ``step`` (2, int64), ``summary`` (5);
 * ``Summary``: repeated ``value`` (1);
 * ``Summary.Value``: ``tag`` (1), ``simple_value`` (2, float), ``metadata`` (9: its
-  ``plugin_data.plugin_name``) and ``tensor`` (8: a 0-d numeric ``TensorProto``, as written by
-  TensorFlow 2 and newer writers).
+  ``plugin_data.plugin_name``, and for the ``hparams`` plugin its ``content``, decoded by
+  :mod:`trainmon.report.hparams`) and ``tensor`` (8: a 0-d numeric ``TensorProto``, as written
+  by TensorFlow 2 and newer writers).
 
 The usual value (``tag`` then ``simple_value``, as torch's ``SummaryWriter``, tensorboardX,
 DeepSpeed and trainmon write it) takes a fast path. Images, histograms, audio, text and other
@@ -71,6 +72,9 @@ class EventScalars:
     """Non-scalar summaries skipped, per tag (images, histograms, text, ...)."""
     problems: list[str] = field(default_factory=list)
     """Files cut short or corrupt: where reading stopped."""
+    hparams_data: list[bytes] = field(default_factory=list)
+    """The ``hparams`` plugin's content (a serialised ``HParamsPluginData``) of each of its
+    summaries, in file order: the run's hyper-parameters, kept out of :attr:`skipped`."""
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -114,22 +118,30 @@ def _key(buf: bytes, pos: int) -> tuple[int, int]:
     return _varint(buf, pos)
 
 
-def _plugin_name(buf: bytes, pos: int, end: int) -> str:
-    """``SummaryMetadata.plugin_data.plugin_name`` (empty when absent)."""
+def _plugin_data(buf: bytes, pos: int, end: int) -> tuple[str, bytes]:
+    """``SummaryMetadata.plugin_data``: its ``plugin_name`` (empty when absent) and, for the
+    ``hparams`` plugin only (the one whose content is read), its ``content``."""
     while pos < end:
         key, pos = _key(buf, pos)
         if key == 0x0A:  # plugin_data
             length, pos = _varint(buf, pos)
             inner, inner_end = pos, pos + length
+            name = ""
+            content = b""
             while inner < inner_end:
                 inner_key, inner = _key(buf, inner)
-                if inner_key == 0x0A:
+                if inner_key in (0x0A, 0x12):  # plugin_name, content
                     size, inner = _varint(buf, inner)
-                    return buf[inner : inner + size].decode("utf-8", "replace")
-                inner = _skip(buf, inner, inner_key)
-            return ""
+                    if inner_key == 0x0A:
+                        name = buf[inner : inner + size].decode("utf-8", "replace")
+                    else:
+                        content = buf[inner : inner + size]
+                    inner += size
+                else:
+                    inner = _skip(buf, inner, inner_key)
+            return name, content if name == "hparams" else b""
         pos = _skip(buf, pos, key)
-    return ""
+    return "", b""
 
 
 def _packed(buf: bytes, pos: int, end: int, fmt: str, size: int) -> list[float]:
@@ -473,7 +485,9 @@ class EventFileReader:
                 pos += 4
             elif key == 0x4A:
                 length, pos = _varint(buf, pos)
-                plugin = _plugin_name(buf, pos, pos + length)
+                plugin, content = _plugin_data(buf, pos, pos + length)
+                if plugin == "hparams":
+                    self.result.hparams_data.append(content)
                 pos += length
             elif key == 0x42:
                 length, pos = _varint(buf, pos)
@@ -494,6 +508,8 @@ class EventFileReader:
         if target is None or value is None:
             if plugin is not None:
                 self._plugins.setdefault(tag, plugin)
+            if plugin == "hparams":  # read (its content is kept), not skipped
+                return False
             skipped = self.result.skipped
             skipped[tag] = skipped.get(tag, 0) + 1
             return False
