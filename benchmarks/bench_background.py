@@ -67,9 +67,8 @@ def background_cpu(rounds: int, steps: int) -> dict[str, list[float]]:
     def block(contender: tuple[bool, float], index: int, recorded: bool) -> None:
         writers, drain = contender
         with tempfile.TemporaryDirectory() as tmp:
-            monitor = trainmon.Monitor(
-                _config(Path(tmp), drain, writers), **({} if writers else {"writers": []})
-            )
+            config = _config(Path(tmp), drain, writers)
+            monitor = trainmon.Monitor(config) if writers else trainmon.Monitor(config, writers=[])
             for step in range(40):  # untimed: writers open their files
                 monitor.step = step
                 monitor.write_events([(name, float(step)) for name in names])
@@ -129,7 +128,7 @@ def interference(rounds: int, steps: int) -> dict[str, list[float]]:
         for _ in range(steps):
             loss = torch.nn.functional.mse_loss(net(inputs), targets)
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
         if recorded:
             got[kind].append((time.perf_counter() - start) / steps * 1e3)
