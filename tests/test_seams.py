@@ -327,3 +327,20 @@ def test_only_drivers_and_the_command_line_import_the_drivers() -> None:
         if target.split(".")[0] in ("integrations", "cli")
     ]
     assert not reaching, "\n".join(reaching)
+
+
+# ---- sizes -----------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """One idea per module: a module past 600 lines is split along its seams, not grown."""
+    package = Path(__file__).resolve().parents[1] / "src" / "trainmon"
+    sizes = {
+        str(path.relative_to(package)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in package.rglob("*.py")
+    }
+    assert sizes, "no modules found: the path is wrong"
+    over = sorted(f"{name}: {lines}" for name, lines in sizes.items() if lines > MAX_MODULE_LINES)
+    assert not over, "modules over 600 lines:\n" + "\n".join(over)
