@@ -118,6 +118,7 @@ class Contender:
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("bare", "DeepSpeed alone"),
+    Contender("bare-twin", "bare again, in its own process: the A/A control"),
     Contender("ds", "DeepSpeed's own TB + CSV + breakdown", ds_monitor=True),
     Contender(
         "attach",
@@ -232,7 +233,9 @@ def build_model(tiny: bool) -> Any:
 class Worker:
     """One contender's engine (and monitor), stepping one timed block at a time."""
 
-    def __init__(self, contender: Contender, out: Path, steps: int, tiny: bool) -> None:
+    def __init__(
+        self, contender: Contender, out: Path, steps: int, tiny: bool, pin: int | None
+    ) -> None:
         # one gloo rank of its own on a free port (the parent's workers run side by side)
         for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
             os.environ[key] = value
@@ -266,6 +269,10 @@ class Worker:
             for _ in range(steps)
         ]
         self.loss_fn = torch.nn.functional.mse_loss
+        if pin is not None:
+            # this (the training) thread only, after every thread was started (threads started
+            # later inherit it): the background threads may run on any CPU
+            os.sched_setaffinity(0, {pin})
         for _ in range(2):  # warm-up, untimed
             self.block()
 
@@ -314,13 +321,13 @@ class Worker:
         return {"undelivered": self.monitor.undelivered}
 
 
-def worker_main(name: str, out: Path, steps: int, tiny: bool) -> int:
+def worker_main(name: str, out: Path, steps: int, tiny: bool, pin: int | None) -> int:
     """``--worker``: answer the parent's commands (``block``, ``quit``), one tagged JSON line
     each on the original stdout (everything else printed goes to stderr)."""
     protocol: IO[str] = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # DeepSpeed's and torch's prints go to stderr, never into the protocol
     sys.stdout = sys.stderr
-    worker = Worker(BY_NAME[name], out, steps, tiny)
+    worker = Worker(BY_NAME[name], out, steps, tiny, pin)
 
     def answer(message: dict[str, Any]) -> None:
         protocol.write(harness.RESULT_TAG + json.dumps(message) + "\n")
@@ -347,6 +354,8 @@ class WorkerProcess:
         self.log_path = log.name
         command = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
         command += ["--steps", str(args.steps), "--out", str(out)]
+        if args.pin is not None:
+            command += ["--pin", str(args.pin)]
         if args.tiny:
             command.append("--tiny")
         self.proc = subprocess.Popen(
@@ -382,9 +391,11 @@ class Series:
     flush: list[float] = field(default_factory=list)  # ms per block
     backlog: list[float] = field(default_factory=list)
     every_step: list[float] = field(default_factory=list)
+    cycle: list[int] = field(default_factory=list)  # the cycle (set of processes) of each block
 
-    def add(self, block: dict[str, Any]) -> None:
+    def add(self, block: dict[str, Any], cycle: int) -> None:
         n = len(block["wall_ns"])
+        self.cycle.append(cycle)
         steps_ns = sum(block["wall_ns"])
         thread_ns = sum(block["thread_ns"])
         self.wall.append((steps_ns + block["flush_wall_ns"]) / n / 1e6)
@@ -398,12 +409,29 @@ class Series:
 
 
 def run_rounds(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Series]:
-    """Start a worker per contender, run the interleaved rounds, close them."""
+    """``--cycles`` times: start a fresh worker per contender, run ``--rounds`` interleaved
+    rounds (after one unrecorded), close them."""
     out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
-    log_path = out / "workers.log"
     series = {name: Series() for name in names}
-    with open(log_path, "w") as log:
-        workers = {name: WorkerProcess(name, args, out, log) for name in names}
+    order = random.Random(2)
+    for cycle in range(args.cycles):
+        print(f"cycle {cycle + 1}/{args.cycles}: starting {len(names)} workers", flush=True)
+        run_cycle(args, names, out, cycle, series, order)
+    shutil.rmtree(out, ignore_errors=True)
+    return series
+
+
+def run_cycle(
+    args: argparse.Namespace,
+    names: Sequence[str],
+    out: Path,
+    cycle: int,
+    series: dict[str, Series],
+    order: random.Random,
+) -> None:
+    """One set of workers: started, stepped in interleaved rounds, closed."""
+    with open(out / "workers.log", "a") as log:
+        workers = {name: WorkerProcess(name, args, out / str(cycle), log) for name in names}
         try:
             for worker in workers.values():
                 worker.receive()  # ready: built and warmed up
@@ -411,19 +439,14 @@ def run_rounds(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Seri
             def block(name: str, _index: int, recorded: bool) -> None:
                 answer = workers[name].ask("block")
                 if recorded:
-                    series[name].add(answer)
+                    series[name].add(answer, cycle)
 
             def progress(done: int, total: int) -> None:
                 if done % 10 == 0 or done == total:
                     print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
 
             harness.interleaved_rounds(
-                list(names),
-                args.rounds,
-                block,
-                rng=random.Random(2),
-                warmup_rounds=1,
-                progress=progress,
+                list(names), args.rounds, block, rng=order, warmup_rounds=1, progress=progress
             )
             for name, worker in workers.items():
                 final = worker.ask("quit")
@@ -435,17 +458,25 @@ def run_rounds(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Seri
                     worker.proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     worker.proc.kill()
-    shutil.rmtree(out, ignore_errors=True)
-    return series
+
+
+def _grouped(series: Series, values: list[float]) -> list[list[float]]:
+    """Per-block values split by cycle (the rounds of one set of processes)."""
+    groups: dict[int, list[float]] = {}
+    for cycle, value in zip(series.cycle, values, strict=True):
+        groups.setdefault(cycle, []).append(value)
+    return [groups[c] for c in sorted(groups)]
 
 
 def _paired(
     a: Series, b: Series, pick: Callable[[Series], list[float]], rng: random.Random
 ) -> tuple[float, tuple[float, float]]:
-    return harness.paired_overhead(pick(a), pick(b), rng, BOOTSTRAP_RESAMPLES)
+    return harness.paired_overhead_grouped(
+        _grouped(a, pick(a)), _grouped(b, pick(b)), rng, BOOTSTRAP_RESAMPLES
+    )
 
 
-def report(series: dict[str, Series], args: argparse.Namespace) -> list[dict[str, Any]]:
+def report(series: dict[str, Series]) -> list[dict[str, Any]]:
     """Print the tables; return their rows (for ``--json``)."""
     rng = random.Random(0)
     names = list(series)
@@ -492,8 +523,16 @@ def report(series: dict[str, Series], args: argparse.Namespace) -> list[dict[str
         steps_only = _paired(sa, sb, lambda s: s.steps_wall, rng)
         thread = _paired(sa, sb, lambda s: s.thread, rng)
         process = _paired(sa, sb, lambda s: s.process, rng)
-        waited = harness.paired_difference(sa.off_cpu, sb.off_cpu, rng, BOOTSTRAP_RESAMPLES)
-        added = harness.paired_difference(sa.wall, sb.wall, rng, BOOTSTRAP_RESAMPLES)
+        waited = harness.paired_difference_grouped(
+            _grouped(sa, sa.off_cpu), _grouped(sb, sb.off_cpu), rng, BOOTSTRAP_RESAMPLES
+        )
+        added = harness.paired_difference_grouped(
+            _grouped(sa, sa.wall), _grouped(sb, sb.wall), rng, BOOTSTRAP_RESAMPLES
+        )
+        per_cycle = [
+            statistics.median(c / b - 1.0 for c, b in zip(ca, cb, strict=True))
+            for ca, cb in zip(_grouped(sa, sa.wall), _grouped(sb, sb.wall), strict=True)
+        ]
         rows.append(
             {
                 "contender": a,
@@ -506,6 +545,7 @@ def report(series: dict[str, Series], args: argparse.Namespace) -> list[dict[str
                 "process_cpu": process,
                 "added_wall_ms": added,
                 "added_off_cpu_ms": waited,
+                "wall_per_cycle": per_cycle,
             }
         )
         lines.append(
@@ -531,6 +571,18 @@ def report(series: dict[str, Series], args: argparse.Namespace) -> list[dict[str
         ),
         lines,
     )
+    print()
+    cycles = max((len(r["wall_per_cycle"]) for r in rows), default=0)
+    harness.print_markdown_table(
+        ("wall overhead, median of each cycle", *(f"cycle {i + 1}" for i in range(cycles))),
+        [
+            (
+                f"{r['contender']} / {r['baseline']}",
+                *(f"{v * 100:+.1f}%" for v in r["wall_per_cycle"]),
+            )
+            for r in rows
+        ],
+    )
     return rows
 
 
@@ -555,7 +607,7 @@ def gil_profile(args: argparse.Namespace) -> int:
             time.sleep(2.0)  # py-spy attached and sampling
             series = Series()
             for _ in range(args.rounds):
-                series.add(worker.ask("block"))
+                series.add(worker.ask("block"), 0)
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
             worker.ask("quit")
@@ -604,11 +656,18 @@ def gil_profile(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=90, help="blocks per contender")
+    parser.add_argument("--cycles", type=int, default=6, help="fresh sets of workers")
+    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender per cycle")
     parser.add_argument("--steps", type=int, default=20, help="steps per block")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 5 steps")
     parser.add_argument("--tiny", action="store_true", help="Linear(16, 16): the fixed cost")
     parser.add_argument("--only", help="comma-separated contenders (baselines are added)")
+    parser.add_argument(
+        "--pin",
+        type=int,
+        metavar="CPU",
+        help="run every worker's training thread on this CPU (its other threads anywhere)",
+    )
     parser.add_argument("--json", type=Path, help="write the comparisons here")
     parser.add_argument(
         "--gil-profile", metavar="A,B", help="each contender alone under py-spy --gil"
@@ -618,9 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.steps = 3, 5
+        args.cycles, args.rounds, args.steps = 1, 3, 5
     if args.worker:
-        return worker_main(args.worker, args.out, args.steps, args.tiny)
+        return worker_main(args.worker, args.out, args.steps, args.tiny, args.pin)
     if args.gil_profile:
         return gil_profile(args)
     names = [c.name for c in CONTENDERS]
@@ -637,10 +696,11 @@ def main(argv: list[str] | None = None) -> int:
     model = "Linear(16, 16)" if args.tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
     print(harness.machine_line(info))
     print(
-        f"{model}, batch {BATCH}, {args.rounds} rounds x {args.steps} steps per contender, "
-        f"one process each, load {load_start} -> {harness.load_average()}"
+        f"{model}, batch {BATCH}, {args.cycles} cycles x {args.rounds} rounds x {args.steps} "
+        f"steps per contender, a fresh process per contender and cycle, "
+        f"load {load_start} -> {harness.load_average()}"
     )
-    rows = report(series, args)
+    rows = report(series)
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
     if warning := harness.busy_warning(info):
