@@ -1,196 +1,711 @@
-"""What monitoring costs a real DeepSpeed step: bare, DeepSpeed's own monitor, ``trainmon.attach``.
+"""What monitoring costs a real DeepSpeed step in WALL time: bare, DeepSpeed's own monitor,
+``trainmon.attach`` and its parts, side by side.
 
-Why: issue 13's goal is ``attach`` (TensorBoard + CSV + JSONL + the breakdown every step) at
-most 2 % over bare DeepSpeed, while DeepSpeed's own monitor (TensorBoard + CSV +
-``wall_clock_breakdown``) was measured at about +17 % per step here. The three run in ONE
-process on three identical models (same seed, same batches), interleaved: each round runs one
-block of steps of every contender in a shuffled order, and overheads are paired round by round
-(median of the per-round ratios, with a bootstrap 95 % interval), so drifts of a shared
-machine cancel out.
+The promise under test (issue 25): monitoring never slows training in the user's wall time.
+The headline is therefore the wall time per step; the training thread's CPU time and the
+process's CPU time (every thread: DeepSpeed, trainmon's background) are beside it.
 
-Contenders (an MLP 256→1024→1024→10, batch 64, ZeRO 0, fp32, ``torch_adam``, CPU, gloo):
+Shape (issue 25's harness): DeepSpeed 0.19.8 on the CPU accelerator (gloo, one rank),
+``torch.set_num_threads(1)``, an MLP of 4 x Linear(512, 512) with ReLU between, batch 32, MSE
+loss, Adam lr 1e-3 (``"torch_adam": true``), ZeRO 0, fp32, DeepSpeed's default
+``gradient_clipping: 1.0``, ``steps_per_print: 10``; the console is off everywhere.
 
-* ``bare``     DeepSpeed alone (no monitor, no breakdown);
-* ``ds``       DeepSpeed's own monitor: TensorBoard + CSV + ``wall_clock_breakdown``;
-* ``attach``   the ``ds`` config plus ``trainmon.attach`` adding the JSONL journal (console
-  off): DeepSpeed's breakdown is taken over by trainmon's timers, every step logs train/*,
-  perf/* (the breakdown), mem/*, and DeepSpeed's Train/Samples events go through trainmon.
+How the contenders run
+----------------------
+Each contender is its own process (``--worker NAME``), as in real use: a monitor's background
+threads compete for their own process's GIL only, and the bare engine's process has no
+trainmon thread at all (in one shared process, every idle monitor's threads would tax the bare
+engine too). The parent drives them in lock step over pipes: each round runs one block of
+``--steps`` steps of every contender, one contender at a time, in a shuffled order
+(``harness.interleaved_rounds``), so load from other work on the machine hits them alike.
 
-After each ``attach`` block ``monitor.flush()`` waits, outside the timed steps, until the
-background thread has written the block, so its work never spills into another contender's
-block. All three use ``steps_per_print: 10`` (DeepSpeed's progress line is the same for all).
+What a block's time includes (the choice, and why)
+--------------------------------------------------
+A block is ``--steps`` training steps followed by ``monitor.flush()``, and the WHOLE of it is
+timed: the block's wall time per step is ``(steps + flush) / steps``. Trainmon's background
+threads run concurrently with the timed steps, as in real use (they take the GIL and a core
+while the training thread steps: that cost lands in the steps' wall time); whatever they had
+not finished when the last step returned (the backlog of the last poll interval, the writers'
+work and their flush to the OS) is drained inside the block's time by the flush, so no
+background work is hidden and none spills into the next contender's block. This is an upper
+bound of the real cost: the flush forces the writers' flush to the OS once per block (about
+4 per second here, against one per ``flush_interval_s`` = 1 s in real use), and the tail drains
+while the training thread waits instead of overlapping with the next steps. The
+``steps only`` figure (the same blocks, the flush left out) is the lower bound: background
+work that overlapped with the steps is in it, the tail is not. The previous version of this
+script flushed OUTSIDE the timed steps and reported the training thread's CPU time as its
+headline, which hid the background's cost (+0.38 % there, against +7.1 % wall measured by the
+issue's side-by-side harness).
 
-Run: ``DS_ACCELERATOR=cpu .venv/bin/python benchmarks/bench_deepspeed.py [--rounds 30]
-[--steps 20] [--tiny]``; ``--tiny`` uses ``Linear(16, 10)``, where attach's fixed cost per
-step shows; ``--quick`` is a smoke run (numbers are noise). Wall time and the training
-thread's CPU time (``time.thread_time``, less sensitive to other processes) are both paired.
+Overheads are paired per round (the block's mean step time over the bare engine's block of the
+same round), the median over rounds, with a bootstrap 95 % interval (``harness``).
+
+Contenders (``CONTENDERS``): ``bare``; ``ds`` (DeepSpeed's own TensorBoard + CSV +
+``wall_clock_breakdown``); ``attach`` (everything: TensorBoard + CSV + journal + the breakdown
+every step, DeepSpeed's events through trainmon); the split: ``attach-nothing`` (writers and
+breakdown off), ``attach-no-threads`` (also no system sampler, no profiler listener),
+``attach-writers`` (TensorBoard + CSV + journal, no breakdown), ``attach-breakdown`` (no
+writer), ``attach-tb``, ``attach-csv``, ``attach-journal`` (each writer alone, no breakdown);
+the gradient norm trainmon computes at ZeRO 0 when DeepSpeed does not clip (with clipping it
+keeps DeepSpeed's): ``bare-noclip``, ``attach-noclip`` (writers and breakdown off, the norm
+every step), ``attach-noclip-nonorm`` (``trainmon.grad_norm_every: 0``); the GIL hand-over:
+``bare@si0.5ms`` and ``attach@si0.5ms`` run with ``sys.setswitchinterval(0.0005)`` (Python's
+default is 5 ms: a thread that wants the GIL back waits up to that long for a background thread
+running Python).
+
+Columns: ``off-CPU`` is the training thread's wall minus its CPU time during the steps: the
+time it was runnable or waiting but not running (the GIL, the OS scheduler, I/O); the added
+off-CPU time over the bare engine is what the background's GIL holding (and its CPU on a busy
+machine) costs the training thread. ``backlog`` is the events still queued when the block's
+last step returned.
+
+Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_deepspeed.py
+[--rounds 90] [--steps 20] [--only a,b] [--json out.json] [--tiny]``; ``--quick`` is a smoke
+run (numbers are noise). ``--gil-profile A,B`` runs each contender alone, its process
+sampled by ``py-spy record --gil`` (only the thread that holds the GIL is sampled; ``pip install
+py-spy``, attaching to a process of the same user), and prints each thread's GIL time per
+step. ``--tiny``: Linear(16, 16), where the fixed cost per step shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
 import random
+import shutil
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-for _key, _value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-    os.environ.setdefault(_key, _value)
-os.environ.setdefault("WORLD_SIZE", "1")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-if "MASTER_PORT" not in os.environ:
-    with socket.socket() as _sock:
-        _sock.bind(("127.0.0.1", 0))
-        os.environ["MASTER_PORT"] = str(_sock.getsockname()[1])
+import harness
 
-import deepspeed  # noqa: E402
-import torch  # noqa: E402
-
-import harness  # noqa: E402
-import trainmon  # noqa: E402
-
-BATCH = 64
-IN_TINY = 16
-CONTENDERS = ("bare", "ds", "attach")
-COMPARISONS = (("ds", "bare"), ("attach", "bare"), ("attach", "ds"))
+BATCH = 32
+WIDTH = 512
+LAYERS = 4
+TINY = 16
 BOOTSTRAP_RESAMPLES = 2000
+DEFAULT_SWITCH_S = 0.005  # Python's default sys.getswitchinterval()
+WRITERS = ("tensorboard", "csv", "journal")
 
 
-def build_model(seed: int, tiny: bool) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    if tiny:
-        return torch.nn.Linear(IN_TINY, 10)
-    return torch.nn.Sequential(
-        torch.nn.Linear(256, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 10),
-    )
+@dataclass(frozen=True)
+class Contender:
+    """One way of running the same training steps."""
+
+    name: str
+    what: str
+    attach: bool = False
+    writers: tuple[str, ...] = ()  # "tensorboard", "csv", "journal"
+    breakdown: bool = False
+    ds_monitor: bool = False  # DeepSpeed's own TensorBoard + CSV + wall_clock_breakdown
+    clipping: float | None = None  # None: DeepSpeed's default (1.0)
+    trainmon: dict[str, Any] = field(default_factory=dict)  # the "trainmon" section
+    threads: bool = True  # the system sampler and the profiler listener
+    switch_s: float = DEFAULT_SWITCH_S
+    baseline: str = "bare"
 
 
-def ds_config(out: Path, name: str) -> dict[str, Any]:
+CONTENDERS: tuple[Contender, ...] = (
+    Contender("bare", "DeepSpeed alone"),
+    Contender("bare-twin", "bare again, in its own process: the A/A control"),
+    Contender("ds", "DeepSpeed's own TB + CSV + breakdown", ds_monitor=True),
+    Contender(
+        "attach",
+        "attach: TB + CSV + journal + breakdown (everything)",
+        attach=True,
+        writers=WRITERS,
+        breakdown=True,
+    ),
+    Contender("attach-nothing", "attach: writers and breakdown off", attach=True),
+    Contender(
+        "attach-no-threads",
+        "attach: writers, breakdown, sampler, profiler off",
+        attach=True,
+        threads=False,
+    ),
+    Contender(
+        "attach-writers", "attach: TB + CSV + journal, no breakdown", attach=True, writers=WRITERS
+    ),
+    Contender("attach-breakdown", "attach: breakdown, no writer", attach=True, breakdown=True),
+    Contender("attach-tb", "attach: TensorBoard only", attach=True, writers=("tensorboard",)),
+    Contender("attach-csv", "attach: CSV only", attach=True, writers=("csv",)),
+    Contender("attach-journal", "attach: journal only", attach=True, writers=("journal",)),
+    Contender("bare-noclip", "DeepSpeed alone, gradient_clipping 0", clipping=0.0),
+    Contender(
+        "attach-noclip",
+        "attach, nothing on, clipping 0: trainmon's grad norm every step",
+        attach=True,
+        clipping=0.0,
+        baseline="bare-noclip",
+    ),
+    Contender(
+        "attach-noclip-nonorm",
+        "the same with trainmon.grad_norm_every 0",
+        attach=True,
+        clipping=0.0,
+        trainmon={"grad_norm_every": 0},
+        baseline="bare-noclip",
+    ),
+    Contender("bare@si0.5ms", "bare, sys.setswitchinterval(0.5 ms)", switch_s=0.0005),
+    Contender(
+        "attach@si0.5ms",
+        "attach everything, switch interval 0.5 ms",
+        attach=True,
+        writers=WRITERS,
+        breakdown=True,
+        switch_s=0.0005,
+        baseline="bare@si0.5ms",
+    ),
+)
+BY_NAME = {c.name: c for c in CONTENDERS}
+#: Extra comparisons besides each contender against its baseline.
+EXTRA_COMPARISONS = (("attach", "ds"), ("attach-noclip", "attach-noclip-nonorm"))
+
+
+# ---- the worker: one contender in its own process ---------------------------------------------
+
+
+def ds_config(contender: Contender, out: Path) -> dict[str, Any]:
+    """The DeepSpeed config the engine is built with (DeepSpeed's own monitor sections here)."""
     config: dict[str, Any] = {
         "train_batch_size": BATCH,
         "steps_per_print": 10,
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
         "zero_optimization": {"stage": 0},
     }
-    if name != "bare":
+    if contender.clipping is not None:
+        config["gradient_clipping"] = contender.clipping
+    job = {"output_path": str(out), "job_name": contender.name}
+    if contender.ds_monitor:
         config["wall_clock_breakdown"] = True
-        config["tensorboard"] = {"enabled": True, "output_path": str(out), "job_name": name}
-        config["csv_monitor"] = {"enabled": True, "output_path": str(out), "job_name": name}
+        config["tensorboard"] = {"enabled": True, **job}
+        config["csv_monitor"] = {"enabled": True, **job}
     return config
 
 
-def run_block(engine: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> harness.Timings:
-    """One block: a training step per batch, each timed (wall and training-thread CPU)."""
-    loss_fn = torch.nn.functional.cross_entropy
-    feed = iter(batches)
+def attach_config(contender: Contender, out: Path) -> dict[str, Any]:
+    """What ``trainmon.attach`` is given, merged over the engine's config."""
+    job = {"output_path": str(out), "job_name": contender.name}
+    config: dict[str, Any] = {
+        "console": {"enabled": False},
+        "wall_clock_breakdown": contender.breakdown,
+        "tensorboard": {"enabled": "tensorboard" in contender.writers, **job},
+        "csv_monitor": {
+            "enabled": "csv" in contender.writers,
+            "output_path": str(out),
+            "job_name": contender.name + "-csv",
+        },
+        "jsonl": {"enabled": "journal" in contender.writers, **job},
+    }
+    if contender.trainmon:
+        config["trainmon"] = dict(contender.trainmon)
+    if not contender.threads:
+        config["system_metrics"] = {"enabled": False}
+        config["profiler"] = {"enabled": False}
+    return config
 
-    def step() -> None:
-        x, y = next(feed)
-        engine.backward(loss_fn(engine(x), y))
+
+def build_model(tiny: bool) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    if tiny:
+        return torch.nn.Linear(TINY, TINY)
+    layers: list[Any] = []
+    for index in range(LAYERS):
+        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        if index < LAYERS - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+class Worker:
+    """One contender's engine (and monitor), stepping one timed block at a time."""
+
+    def __init__(
+        self, contender: Contender, out: Path, steps: int, tiny: bool, pin: int | None
+    ) -> None:
+        # one gloo rank of its own on a free port (the parent's workers run side by side)
+        for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+            os.environ[key] = value
+        os.environ["WORLD_SIZE"] = "1"
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+        import deepspeed
+        import torch
+
+        import trainmon
+
+        torch.set_num_threads(1)
+        sys.setswitchinterval(contender.switch_s)
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        deepspeed.init_distributed(dist_backend="gloo")
+        model = build_model(tiny)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=ds_config(contender, out)
+        )
+        self.monitor = (
+            trainmon.attach(self.engine, attach_config(contender, out))
+            if contender.attach
+            else None
+        )
+        gen = torch.Generator().manual_seed(1)
+        width = TINY if tiny else WIDTH
+        self.batches = [
+            (torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen))
+            for _ in range(steps)
+        ]
+        self.loss_fn = torch.nn.functional.mse_loss
+        if pin is not None:
+            # this (the training) thread only, after every thread was started (threads started
+            # later inherit it): the background threads may run on any CPU
+            os.sched_setaffinity(0, {pin})
+        for _ in range(2):  # warm-up, untimed
+            self.block()
+
+    def step(self, batch: tuple[Any, Any]) -> None:
+        x, y = batch
+        engine = self.engine
+        engine.backward(self.loss_fn(engine(x), y))
         engine.step()
 
-    return harness.time_calls(step, len(batches))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tiny", action="store_true", help="Linear(16, 10): the fixed cost")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps = 3, 5
-    torch.set_num_threads(1)
-    load_start = harness.load_average()
-    info = harness.machine_info(("trainmon", "torch", "deepspeed"))
-    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    deepspeed.init_distributed(dist_backend="gloo")
-    out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
-    engines: dict[str, Any] = {}
-    monitor = None
-    for name in CONTENDERS:
-        model = build_model(0, args.tiny)
-        engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=ds_config(out, name)
+    def block(self) -> dict[str, Any]:
+        """One timed block: every step (wall, thread CPU), then the flush, all of it timed."""
+        perf, thread_cpu, process_cpu = (
+            time.perf_counter_ns,
+            time.thread_time_ns,
+            time.process_time_ns,
         )
-        if name == "attach":
-            extra = {
-                "jsonl": {"enabled": True, "output_path": str(out), "job_name": name},
-                "console": {"enabled": False},
-            }
-            monitor = trainmon.attach(engine, extra)
-        engines[name] = engine
-    gen = torch.Generator().manual_seed(1)
-    batches = [
-        (
-            torch.randn(BATCH, IN_TINY if args.tiny else 256, generator=gen),
-            torch.randint(0, 10, (BATCH,), generator=gen),
-        )
-        for _ in range(args.steps)
-    ]
-    for name in CONTENDERS:  # warm-up
-        run_block(engines[name], batches[:3])
-    # per round: the block's median ms/step (wall, thread CPU); every step for the quantiles
-    per_round: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    per_round_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    every_step: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    every_cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-
-    def block(name: str, _index: int, _recorded: bool) -> None:
-        timings = run_block(engines[name], batches)
-        walls = [ns / 1e6 for ns in timings.wall_ns]
-        cpus = [ns / 1e6 for ns in timings.thread_ns]
-        per_round[name].append(statistics.median(walls))
-        per_round_cpu[name].append(statistics.median(cpus))
-        every_step[name].extend(walls)
-        every_cpu[name].extend(cpus)
-        if name == "attach" and monitor is not None:
+        walls, cpus = [], []
+        step = self.step
+        p0 = process_cpu()
+        for batch in self.batches:
+            c0, w0 = thread_cpu(), perf()
+            step(batch)
+            w1, c1 = perf(), thread_cpu()
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+        monitor = self.monitor
+        backlog = monitor.pending_events if monitor is not None else 0
+        c0, w0 = thread_cpu(), perf()
+        if monitor is not None:
             monitor.flush()
+        w1, c1 = perf(), thread_cpu()
+        p1 = process_cpu()
+        return {
+            "wall_ns": walls,
+            "thread_ns": cpus,
+            "flush_wall_ns": w1 - w0,
+            "flush_thread_ns": c1 - c0,
+            "process_ns": p1 - p0,
+            "backlog": backlog,
+        }
 
-    harness.interleaved_rounds(CONTENDERS, args.rounds, block, rng=random.Random(2))
-    if monitor is not None:
-        monitor.close()
-    model_name = "Linear(16, 10)" if args.tiny else "MLP 256-1024-1024-10"
-    print(harness.machine_line(info))
-    print(
-        f"{model_name}, {args.rounds} rounds x {args.steps} steps, "
-        f"load {load_start} -> {harness.load_average()}"
+    def close(self) -> dict[str, Any]:
+        if self.monitor is None:
+            return {}
+        self.monitor.close()
+        return {"undelivered": self.monitor.undelivered}
+
+
+def worker_main(name: str, out: Path, steps: int, tiny: bool, pin: int | None) -> int:
+    """``--worker``: answer the parent's commands (``block``, ``quit``), one tagged JSON line
+    each on the original stdout (everything else printed goes to stderr)."""
+    protocol: IO[str] = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # DeepSpeed's and torch's prints go to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    worker = Worker(BY_NAME[name], out, steps, tiny, pin)
+
+    def answer(message: dict[str, Any]) -> None:
+        protocol.write(harness.RESULT_TAG + json.dumps(message) + "\n")
+
+    answer({"ready": name, "pid": os.getpid()})
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "block":
+            answer(worker.block())
+        elif command == "quit":
+            answer(worker.close())
+            return 0
+    return 0
+
+
+# ---- the parent: drives the workers in lock step ----------------------------------------------
+
+
+class WorkerProcess:
+    """A ``--worker`` child and its pipes."""
+
+    def __init__(self, name: str, args: argparse.Namespace, out: Path, log: IO[str]) -> None:
+        self.name = name
+        self.log_path = log.name
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", name]
+        command += ["--steps", str(args.steps), "--out", str(out)]
+        if args.pin is not None:
+            command += ["--pin", str(args.pin)]
+        if args.tiny:
+            command.append("--tiny")
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+
+    def receive(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(harness.RESULT_TAG):
+                answer: dict[str, Any] = json.loads(line[len(harness.RESULT_TAG) :])
+                return answer
+        raise RuntimeError(
+            f"worker {self.name} exited {self.proc.wait()}; its output is in {self.log_path}"
+        )
+
+    def ask(self, command: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.receive()
+
+
+@dataclass
+class Series:
+    """A contender's blocks: per-block figures (ms per step) and every step's wall time."""
+
+    wall: list[float] = field(default_factory=list)  # (steps + flush) / steps
+    steps_wall: list[float] = field(default_factory=list)  # steps only
+    thread: list[float] = field(default_factory=list)  # training thread CPU, steps + flush
+    process: list[float] = field(default_factory=list)  # every thread's CPU, steps + flush
+    off_cpu: list[float] = field(default_factory=list)  # training thread off CPU in the steps
+    flush: list[float] = field(default_factory=list)  # ms per block
+    backlog: list[float] = field(default_factory=list)
+    every_step: list[float] = field(default_factory=list)
+    cycle: list[int] = field(default_factory=list)  # the cycle (set of processes) of each block
+
+    def add(self, block: dict[str, Any], cycle: int) -> None:
+        n = len(block["wall_ns"])
+        self.cycle.append(cycle)
+        steps_ns = sum(block["wall_ns"])
+        thread_ns = sum(block["thread_ns"])
+        self.wall.append((steps_ns + block["flush_wall_ns"]) / n / 1e6)
+        self.steps_wall.append(steps_ns / n / 1e6)
+        self.thread.append((thread_ns + block["flush_thread_ns"]) / n / 1e6)
+        self.process.append(block["process_ns"] / n / 1e6)
+        self.off_cpu.append((steps_ns - thread_ns) / n / 1e6)
+        self.flush.append(block["flush_wall_ns"] / 1e6)
+        self.backlog.append(float(block["backlog"]))
+        self.every_step.extend(ns / 1e6 for ns in block["wall_ns"])
+
+
+def run_rounds(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Series]:
+    """``--cycles`` times: start a fresh worker per contender, run ``--rounds`` interleaved
+    rounds (after one unrecorded), close them."""
+    out = Path(tempfile.mkdtemp(prefix="bench-ds-"))
+    series = {name: Series() for name in names}
+    order = random.Random(2)
+    for cycle in range(args.cycles):
+        print(f"cycle {cycle + 1}/{args.cycles}: starting {len(names)} workers", flush=True)
+        run_cycle(args, names, out, cycle, series, order)
+    shutil.rmtree(out, ignore_errors=True)
+    return series
+
+
+def run_cycle(
+    args: argparse.Namespace,
+    names: Sequence[str],
+    out: Path,
+    cycle: int,
+    series: dict[str, Series],
+    order: random.Random,
+) -> None:
+    """One set of workers: started, stepped in interleaved rounds, closed."""
+    with open(out / "workers.log", "a") as log:
+        workers = {name: WorkerProcess(name, args, out / str(cycle), log) for name in names}
+        try:
+            for worker in workers.values():
+                worker.receive()  # ready: built and warmed up
+
+            def block(name: str, _index: int, recorded: bool) -> None:
+                answer = workers[name].ask("block")
+                if recorded:
+                    series[name].add(answer, cycle)
+
+            def progress(done: int, total: int) -> None:
+                if done % 10 == 0 or done == total:
+                    print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
+
+            harness.interleaved_rounds(
+                list(names), args.rounds, block, rng=order, warmup_rounds=1, progress=progress
+            )
+            for name, worker in workers.items():
+                final = worker.ask("quit")
+                if final.get("undelivered"):
+                    print(f"WARNING: {name} did not deliver {final['undelivered']}")
+        finally:
+            for worker in workers.values():
+                try:
+                    worker.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    worker.proc.kill()
+
+
+def _grouped(series: Series, values: list[float]) -> list[list[float]]:
+    """Per-block values split by cycle (the rounds of one set of processes)."""
+    groups: dict[int, list[float]] = {}
+    for cycle, value in zip(series.cycle, values, strict=True):
+        groups.setdefault(cycle, []).append(value)
+    return [groups[c] for c in sorted(groups)]
+
+
+def _paired(
+    a: Series, b: Series, pick: Callable[[Series], list[float]], rng: random.Random
+) -> tuple[float, tuple[float, float]]:
+    return harness.paired_overhead_grouped(
+        _grouped(a, pick(a)), _grouped(b, pick(b)), rng, BOOTSTRAP_RESAMPLES
     )
+
+
+def report(series: dict[str, Series]) -> list[dict[str, Any]]:
+    """Print the tables; return their rows (for ``--json``)."""
+    rng = random.Random(0)
+    names = list(series)
     harness.print_markdown_table(
-        ("contender", "median ms/step", "p10", "p90", "thread CPU ms/step"),
+        (
+            "contender",
+            "wall ms/step",
+            "steps only",
+            "p10",
+            "p90",
+            "thread CPU",
+            "process CPU",
+            "off-CPU",
+            "flush ms/block",
+            "backlog",
+        ),
         [
             (
                 name,
-                f"{statistics.median(every_step[name]):.3f}",
-                f"{harness.percentile(every_step[name], 0.1):.3f}",
-                f"{harness.percentile(every_step[name], 0.9):.3f}",
-                f"{statistics.median(every_cpu[name]):.3f}",
+                f"{statistics.median(s.wall):.3f}",
+                f"{statistics.median(s.steps_wall):.3f}",
+                f"{harness.percentile(s.every_step, 0.1):.3f}",
+                f"{harness.percentile(s.every_step, 0.9):.3f}",
+                f"{statistics.median(s.thread):.3f}",
+                f"{statistics.median(s.process):.3f}",
+                f"{statistics.median(s.off_cpu):.3f}",
+                f"{statistics.median(s.flush):.2f}",
+                f"{statistics.median(s.backlog):.0f}",
             )
-            for name in CONTENDERS
+            for name, s in series.items()
         ],
     )
     print()
-    rng = random.Random(0)
+    pairs = [(c, BY_NAME[c].baseline) for c in names if c != BY_NAME[c].baseline]
+    pairs += [(a, b) for a, b in EXTRA_COMPARISONS]
+    rows: list[dict[str, Any]] = []
     lines = []
-    for a, b in COMPARISONS:
-        wall = harness.paired_overhead(per_round[a], per_round[b], rng, BOOTSTRAP_RESAMPLES)
-        cpu = harness.paired_overhead(per_round_cpu[a], per_round_cpu[b], rng, BOOTSTRAP_RESAMPLES)
-        lines.append((f"{a} / {b}", harness.percent_ci(*wall), harness.percent_ci(*cpu)))
+    for a, b in pairs:
+        if a not in series or b not in series:
+            continue
+        sa, sb = series[a], series[b]
+
+        wall = _paired(sa, sb, lambda s: s.wall, rng)
+        steps_only = _paired(sa, sb, lambda s: s.steps_wall, rng)
+        thread = _paired(sa, sb, lambda s: s.thread, rng)
+        process = _paired(sa, sb, lambda s: s.process, rng)
+        waited = harness.paired_difference_grouped(
+            _grouped(sa, sa.off_cpu), _grouped(sb, sb.off_cpu), rng, BOOTSTRAP_RESAMPLES
+        )
+        added = harness.paired_difference_grouped(
+            _grouped(sa, sa.wall), _grouped(sb, sb.wall), rng, BOOTSTRAP_RESAMPLES
+        )
+        per_cycle = [
+            statistics.median(c / b - 1.0 for c, b in zip(ca, cb, strict=True))
+            for ca, cb in zip(_grouped(sa, sa.wall), _grouped(sb, sb.wall), strict=True)
+        ]
+        rows.append(
+            {
+                "contender": a,
+                "baseline": b,
+                "what": BY_NAME[a].what,
+                "median_wall_ms": statistics.median(sa.wall),
+                "wall": wall,
+                "steps_only": steps_only,
+                "thread_cpu": thread,
+                "process_cpu": process,
+                "added_wall_ms": added,
+                "added_off_cpu_ms": waited,
+                "wall_per_cycle": per_cycle,
+            }
+        )
+        lines.append(
+            (
+                f"{a} / {b}",
+                harness.percent_ci(*wall),
+                f"{added[0]:+.3f}",
+                harness.percent_ci(*steps_only),
+                f"{thread[0] * 100:+.2f}%",
+                f"{process[0] * 100:+.2f}%",
+                f"{waited[0]:+.3f} [{waited[1][0]:+.3f}, {waited[1][1]:+.3f}]",
+            )
+        )
     harness.print_markdown_table(
-        ("comparison", "wall overhead [95% CI]", "thread-CPU overhead [95% CI]"), lines
+        (
+            "comparison",
+            "wall [95% CI]",
+            "wall ms/step",
+            "steps only [95% CI]",
+            "thread CPU",
+            "process CPU",
+            "added off-CPU ms/step [95% CI]",
+        ),
+        lines,
     )
+    print()
+    cycles = max((len(r["wall_per_cycle"]) for r in rows), default=0)
+    harness.print_markdown_table(
+        ("wall overhead, median of each cycle", *(f"cycle {i + 1}" for i in range(cycles))),
+        [
+            (
+                f"{r['contender']} / {r['baseline']}",
+                *(f"{v * 100:+.1f}%" for v in r["wall_per_cycle"]),
+            )
+            for r in rows
+        ],
+    )
+    return rows
+
+
+def gil_profile(args: argparse.Namespace) -> int:
+    """``--gil-profile A,B``: each contender alone (one after the other), its worker sampled by
+    ``py-spy record --gil`` (only the thread holding the GIL is sampled) during ``--rounds``
+    blocks, after its warm-up; prints each thread's GIL time per step."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(py_spy).exists():
+        print("py-spy not found: pip install py-spy")
+        return 1
+    rate = args.gil_rate
+    out = Path(tempfile.mkdtemp(prefix="bench-ds-gil-"))
+    for name in args.gil_profile.split(","):
+        raw = out / f"{name}.txt"
+        with open(out / "workers.log", "a") as log:
+            worker = WorkerProcess(name, args, out, log)
+            ready = worker.receive()
+            command = [py_spy, "record", "--pid", str(ready["pid"]), "--gil", "--threads"]
+            command += ["--nonblocking", "-r", str(rate), "-f", "raw", "-o", str(raw)]
+            spy = subprocess.Popen(command, stdout=log, stderr=log)
+            time.sleep(2.0)  # py-spy attached and sampling
+            series = Series()
+            for _ in range(args.rounds):
+                series.add(worker.ask("block"), 0)
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+            worker.ask("quit")
+            worker.proc.wait(timeout=60)
+        if not raw.exists():
+            print(f"{name}: py-spy wrote nothing (see {out / 'workers.log'})")
+            return 1
+        by_thread: dict[str, int] = {}
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            thread = stack.split(";", 1)[0]
+            label = thread.split(": ", 1)[1] if ": " in thread else thread
+            by_thread[label] = by_thread.get(label, 0) + int(count)
+        steps = len(series.every_step)
+        wall_s = sum(series.wall) * args.steps / 1e3
+        print(
+            f"{name}: {steps} steps, {statistics.median(series.wall):.3f} ms/step wall under "
+            f"py-spy ({rate} Hz, non-blocking), load {harness.load_average()}"
+        )
+        total = sum(by_thread.values())
+        lines = [
+            (
+                label,
+                str(count),
+                f"{count / rate * 1e3 / steps:.3f}",
+                f"{count / rate / wall_s * 100:.1f}%",
+            )
+            for label, count in sorted(by_thread.items(), key=lambda kv: -kv[1])
+            if count / total >= 0.001
+        ]
+        lines.append(
+            (
+                "all threads",
+                str(total),
+                f"{total / rate * 1e3 / steps:.3f}",
+                f"{total / rate / wall_s * 100:.1f}%",
+            )
+        )
+        harness.print_markdown_table(
+            ("thread holding the GIL", "samples", "ms/step", "share of wall"), lines
+        )
+        print()
+    shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=6, help="fresh sets of workers")
+    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender per cycle")
+    parser.add_argument("--steps", type=int, default=20, help="steps per block")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 5 steps")
+    parser.add_argument("--tiny", action="store_true", help="Linear(16, 16): the fixed cost")
+    parser.add_argument("--only", help="comma-separated contenders (baselines are added)")
+    parser.add_argument(
+        "--pin",
+        type=int,
+        metavar="CPU",
+        help="run every worker's training thread on this CPU (its other threads anywhere)",
+    )
+    parser.add_argument("--json", type=Path, help="write the comparisons here")
+    parser.add_argument(
+        "--gil-profile", metavar="A,B", help="each contender alone under py-spy --gil"
+    )
+    parser.add_argument("--gil-rate", type=int, default=500, help="py-spy samples per second")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.cycles, args.rounds, args.steps = 1, 3, 5
+    if args.worker:
+        return worker_main(args.worker, args.out, args.steps, args.tiny, args.pin)
+    if args.gil_profile:
+        return gil_profile(args)
+    names = [c.name for c in CONTENDERS]
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - set(BY_NAME)
+        if unknown:
+            parser.error(f"--only: unknown contenders {sorted(unknown)}; known: {names}")
+        wanted |= {BY_NAME[n].baseline for n in wanted}
+        names = [n for n in names if n in wanted]
+    load_start = harness.load_average()
+    info = harness.machine_info(("trainmon", "torch", "deepspeed"))
+    series = run_rounds(args, names)
+    model = "Linear(16, 16)" if args.tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
+    print(harness.machine_line(info))
+    print(
+        f"{model}, batch {BATCH}, {args.cycles} cycles x {args.rounds} rounds x {args.steps} "
+        f"steps per contender, a fresh process per contender and cycle, "
+        f"load {load_start} -> {harness.load_average()}"
+    )
+    rows = report(series)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
     if warning := harness.busy_warning(info):
         print(warning)
-    return 0
+    return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1
 
 
 if __name__ == "__main__":

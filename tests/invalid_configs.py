@@ -87,6 +87,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("clipping-nan", {"gradient_clipping": math.nan}, "gradient_clipping"),
     ("clipping-negative", {"gradient_clipping": -1.0}, "gradient_clipping"),
     ("clipping-inf", {"gradient_clipping": math.inf}, "gradient_clipping"),
+    # issue 25: the gradient norm every N steps
+    ("grad-norm-negative", {"trainmon": {"grad_norm_every": -1}}, "trainmon.grad_norm_every"),
+    ("grad-norm-bool", {"trainmon": {"grad_norm_every": True}}, "trainmon.grad_norm_every"),
+    ("grad-norm-float", {"trainmon": {"grad_norm_every": 2.5}}, "an integer >= 0"),
 ]
 
 #: What only ``trainmon.initialize`` builds: refused by it, listed as a problem by validate.

@@ -128,6 +128,26 @@ def test_paired_difference_is_median_of_differences_with_interval() -> None:
     assert harness.percent_ci(0.0137, (-0.0556, 0.0866)) == "+1.37% [-5.56%, +8.66%]"
 
 
+def test_grouped_bootstrap_widens_the_interval_by_the_differences_between_groups() -> None:
+    """Two groups (two sets of processes) agreeing within themselves but not with each other:
+    resampling rounds alone gives a narrow interval, resampling groups first spans both."""
+    low_group = [0.01 + 0.001 * i for i in range(10)]
+    high_group = [0.09 + 0.001 * i for i in range(10)]
+    base = [[1.0] * 10, [1.0] * 10]
+    contender = [[1.0 + v for v in low_group], [1.0 + v for v in high_group]]
+    estimate, (low, high) = harness.paired_overhead_grouped(contender, base, random.Random(0), 500)
+    flat, _ = harness.paired_overhead(
+        [v for g in contender for v in g], [1.0] * 20, random.Random(0), 500
+    )
+    assert estimate == pytest.approx(flat)
+    assert low < 0.02 and high > 0.09  # an all-low and an all-high resample are both likely
+    difference, (d_low, d_high) = harness.paired_difference_grouped(
+        [[3.0, 3.0], [5.0, 5.0]], [[1.0, 1.0], [1.0, 1.0]], random.Random(0), 500
+    )
+    assert difference == pytest.approx(3.0)
+    assert d_low == pytest.approx(2.0) and d_high == pytest.approx(4.0)
+
+
 def test_run_worker_quietly_redoes_busy_runs_but_not_failures(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     counter = tmp_path / "runs"

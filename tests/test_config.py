@@ -66,6 +66,16 @@ def test_wrong_type_names_value_and_expected_type() -> None:
         load_config({"steps_per_print": 0})
 
 
+def test_grad_norm_every_defaults_to_every_step_and_refuses_bad_values() -> None:
+    """``trainmon.grad_norm_every``: 1 by default, 0 turns it off, a bad value names the key."""
+    assert load_config({}).trainmon.grad_norm_every == 1
+    assert load_config({"trainmon": {"grad_norm_every": 0}}).trainmon.grad_norm_every == 0
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(trainmon.ConfigError) as err:
+            load_config({"trainmon": {"grad_norm_every": bad}})
+        assert f"'trainmon.grad_norm_every' = {bad!r}: expected an integer >= 0" in str(err.value)
+
+
 def test_section_must_be_a_mapping() -> None:
     """A section given as a scalar is refused with the keys it should hold."""
     with pytest.raises(trainmon.ConfigError, match="'jsonl' = True: expected a mapping"):

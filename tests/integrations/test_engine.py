@@ -196,6 +196,36 @@ def test_loss_is_mean_of_micro_batches_and_grad_norm_matches_plain_torch(tmp_pat
     assert logged["user/last"] == {4: 1.0}
 
 
+@pytest.mark.parametrize(("every", "steps"), [(3, [3, 6]), (0, [])])
+def test_grad_norm_every_skips_the_norm_on_other_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, steps: list[int]
+) -> None:
+    """``trainmon.grad_norm_every: N`` logs train/grad_norm at multiples of N only, and without
+    clipping the norm is not even computed on the other steps (0: never)."""
+    import trainmon.integrations.engine as engine_module
+
+    computed = []
+    real = engine_module.grad_norm
+
+    def counting(grads: list[Any], uniform: bool) -> Any:
+        computed.append(1)
+        return real(grads, uniform)
+
+    monkeypatch.setattr(engine_module, "grad_norm", counting)
+    net = Regressor()
+    config = ds_config(tmp_path, train_batch_size=4, trainmon={"grad_norm_every": every})
+    with trainmon.initialize(model=net, optimizer=sgd(net), config=config)[0] as engine:
+        norms = []
+        for batch in batches(7):
+            train(engine, [batch])
+            norms.append(engine.get_global_grad_norm())
+    logged = journal(tmp_path)
+    assert sorted(logged.get("train/grad_norm", {})) == steps
+    assert sorted(logged["train/loss"]) == [1, 2, 3, 4, 5, 6, 7]
+    assert len(computed) == len(steps)
+    assert [n is not None for n in norms] == [s + 1 in steps for s in range(7)]
+
+
 # ---- optimizer, scheduler, batch arithmetic -----------------------------------------------------
 
 

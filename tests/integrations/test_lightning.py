@@ -89,6 +89,16 @@ def test_one_process_matches_lightning_and_times_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_grad_norm_every_logs_the_norm_at_multiples_only(tmp_path: Path) -> None:
+    """``trainmon.grad_norm_every: 4``: train/grad_norm at steps 4, 8, ... and no other."""
+    lightning_worker.fit(tmp_path, mode="grad_norm_every")
+    journal = journal_steps(tmp_path / "job")
+    steps = range(1, lightning_worker.STEPS + 1)
+    assert all("train/loss" in journal[s] for s in steps)
+    assert [s for s in steps if "train/grad_norm" in journal[s]] == [4, 8, 12, 16, 20]
+
+
+@pytest.mark.slow
 def test_an_alert_stop_sets_should_stop(tmp_path: Path) -> None:
     """A stop rule on a value the module logs sets trainer.should_stop: fitting ends at or after
     the step whose value fired it, before max_steps."""

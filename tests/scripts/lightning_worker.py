@@ -101,6 +101,8 @@ def fit(out: Path, devices: int = 1, mode: str = "plain") -> dict[str, Any]:
             ],
             "sinks": [],
         }
+    if mode == "grad_norm_every":
+        config["trainmon"] = {"grad_norm_every": 4}
     logger = TrainmonLogger(config)
     trainer = pl.Trainer(
         max_steps=STEPS,

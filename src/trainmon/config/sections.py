@@ -322,6 +322,16 @@ class PipelineConfig(Settings):
         default=None,
         ge=1,
     )
+    grad_norm_every: int = setting(
+        "Log train/grad_norm every N optimizer steps (steps that are multiples of N); 0 never. "
+        "Where trainmon computes the norm only for this metric (trainmon.attach at ZeRO 0 in "
+        "fp32 without gradient_clipping, trainmon.initialize without gradient_clipping, the "
+        "Lightning callback), the other steps skip the computation; where the engine computes "
+        "it anyway (clipping, ZeRO 1-3, fp16) only its logging is skipped. Alert rules and the "
+        "non-finite check on train/grad_norm see the logged steps only.",
+        default=1,
+        ge=0,
+    )
     total_steps: int | None = setting(
         "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
         "elapsed · ETA); null means scheduler.params.total_num_steps, or "

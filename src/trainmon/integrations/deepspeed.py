@@ -313,7 +313,8 @@ class _DeepSpeedDriver:
         self._fp16 = bool(engine.fp16_enabled())
         # ZeRO 0 in fp32: DeepSpeed keeps no norm (get_global_grad_norm() is None). With
         # gradient_clipping its clip_fp32_gradients computes one and drops it: kept from there;
-        # without clipping the norm is computed here, before the step
+        # without clipping the norm is computed here, before the step (on the steps
+        # trainmon.grad_norm_every asks for)
         fp32_stage0 = (
             int(engine.zero_optimization_stage()) == 0
             and not self._fp16
@@ -413,7 +414,9 @@ class _DeepSpeedDriver:
             max_norm=engine.gradient_clipping(),
             mpu=engine.mpu,
         )
-        self.instrument.record_grad_norm(norm)
+        instrument = self.instrument
+        if instrument.grad_norm_due(int(engine.global_steps) + 1):  # the step being taken
+            instrument.record_grad_norm(norm)
 
     def step(self, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's step; at an accumulation boundary, the step's metrics are logged."""
@@ -422,7 +425,11 @@ class _DeepSpeedDriver:
         boundary = bool(engine.is_gradient_accumulation_boundary())
         instrument.optimizer_begin()
         try:
-            if boundary and self._own_norm:
+            if (
+                boundary
+                and self._own_norm
+                and instrument.grad_norm_due(int(engine.global_steps) + 1)  # this step's
+            ):
                 grads = [p.grad for p in self._params if p.grad is not None]
                 if grads:
                     instrument.record_grad_norm(grad_norm(grads, self._uniform))
@@ -441,7 +448,8 @@ class _DeepSpeedDriver:
         if not self._own_norm and not self._clip_norm:
             norm = engine.get_global_grad_norm()
             if norm is not None:
-                instrument.record_grad_norm(norm)
+                if instrument.grad_norm_due(int(engine.global_steps)):
+                    instrument.record_grad_norm(norm)
             elif int(engine.global_steps) <= 1:
                 self._own_norm = True  # this optimizer keeps no norm: compute it from now on
         if self._dp > 1 and self._dist_on:

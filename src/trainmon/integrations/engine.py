@@ -259,9 +259,11 @@ class TrainmonEngine:
             self._refresh_params()
         if scaler is not None:
             scaler.unscale_(optimizer)
+        due = instrument.grad_norm_due(self.global_steps + 1)  # trainmon.grad_norm_every
+        norm: Any = None
         if self._clip > 0.0:
             norm = self._clip_grad_norm(self._params, self._clip)
-        else:
+        elif due:  # only for the metric: skipped on the steps it is not wanted
             grads = [p.grad for p in self._params if p.grad is not None]
             norm = grad_norm(grads, self._uniform_grads)
         if scaler is not None:
@@ -280,7 +282,8 @@ class TrainmonEngine:
         self.global_samples += self._batch.train_batch_size
         self._grad_norm = norm
         self._grad_norm_float = None
-        instrument.record_grad_norm(norm)
+        if due:
+            instrument.record_grad_norm(norm)
         loss_scale: Any = None
         if scaler is not None:
             scale = getattr(scaler, "_scale", None)
@@ -300,7 +303,8 @@ class TrainmonEngine:
         return self._step_applied
 
     def get_global_grad_norm(self) -> float | None:
-        """The gradient norm of the last optimizer step, before clipping; None before the first.
+        """The gradient norm of the last optimizer step, before clipping; None before the first
+        (and, without ``gradient_clipping``, after a step ``trainmon.grad_norm_every`` skipped).
 
         This reads the device value (a sync) when first asked for each step; the automatic
         ``train/grad_norm`` metric never does.

@@ -228,7 +228,8 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
             self._instrument.backward_end()
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        """The gradients are complete: take their norm (a device tensor, no sync)."""
+        """The gradients are complete: take their norm (a device tensor, no sync) on the steps
+        ``trainmon.grad_norm_every`` asks for."""
         inst = self._instrument
         if inst is None:
             return
@@ -236,8 +237,9 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         # the rate this step uses: Lightning steps a per-step scheduler before on_train_batch_end
         groups = getattr(optimizer, "param_groups", None)
         self._lr = groups[0].get("lr") if groups else None
-        grads = [p.grad for p in self._params if p.grad is not None]
-        inst.record_grad_norm(grad_norm(grads, self._same_kind))  # combined in the background
+        if inst.grad_norm_due(int(trainer.global_step) + 1):  # trainmon.grad_norm_every
+            grads = [p.grad for p in self._params if p.grad is not None]
+            inst.record_grad_norm(grad_norm(grads, self._same_kind))  # combined in background
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, idx: int

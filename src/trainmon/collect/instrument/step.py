@@ -92,6 +92,8 @@ class StepInstrument:
         self.steps = 0
         self._step_start = -1.0
         self._grad_norm: Any = None
+        #: ``trainmon.grad_norm_every``: the steps whose ``train/grad_norm`` is wanted
+        self.grad_norm_every = config.trainmon.grad_norm_every
         self._marks_comm = False
         self._closed = False
         #: Each phase's milliseconds of the last logged step (indexed like ``PHASES``; numbers
@@ -170,6 +172,12 @@ class StepInstrument:
     def replace_loss(self, value: Any) -> None:
         """Log ``value`` (e.g. the data-parallel mean loss) as this step's ``train/loss``."""
         self.loss.replace(value)
+
+    def grad_norm_due(self, step: int) -> bool:
+        """Whether step ``step``'s ``train/grad_norm`` is wanted (``trainmon.grad_norm_every``):
+        a driver that computes the norm only for the metric skips it on the other steps."""
+        every = self.grad_norm_every
+        return every > 0 and step % every == 0
 
     def record_grad_norm(self, norm: Any) -> None:
         """The step's global gradient norm before clipping (a tensor or a number)."""
