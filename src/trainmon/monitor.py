@@ -69,8 +69,6 @@ if TYPE_CHECKING:
     from trainmon.collect.layer_stats import LayerWatcher
 
 _log = get_logger("monitor")
-# int values the fast path takes as they are; others go to the full check (floats' range)
-_INT_MIN, _INT_MAX = INT64_MIN, INT64_MAX
 # exact types seen to be torch tensors (Tensor, Parameter, subclasses): one set lookup per value
 _TENSOR_KINDS: set[type] = set()
 
@@ -184,22 +182,24 @@ class Monitor:
         tensors: list[Any] = []
         try:
             for item in items:  # the fast path: tuples of a known name, a number, an int step
-                if type(item) is not tuple or item[0] not in names:
+                if type(item) is not tuple:
                     break
-                value = item[1]
+                if len(item) == 2:
+                    name, value = item
+                else:  # anything but a triple with an int64 step raises or breaks
+                    name, value, step = item
+                    if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
+                        break
+                if name not in names:
+                    break
                 kind = type(value)
-                if kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX):
-                    if kind not in _TENSOR_KINDS:
-                        if not is_tensor(value):
-                            break
-                        _TENSOR_KINDS.add(kind)
-                    tensors.append(value)  # stays in its (immutable) tuple as a placeholder
-                if len(item) != 2 and (
-                    len(item) != 3
-                    or type(item[2]) is not int
-                    or not INT64_MIN <= item[2] <= INT64_MAX
-                ):
-                    break
+                if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):
+                    continue
+                if kind not in _TENSOR_KINDS:
+                    if not is_tensor(value):
+                        break
+                    _TENSOR_KINDS.add(kind)
+                tensors.append(value)  # stays in its (immutable) tuple as a placeholder
             else:
                 if items:
                     needs_resolving = (
@@ -209,7 +209,7 @@ class Monitor:
                         (time.time(), self._step, items, needs_resolving), len(items)
                     )
                 return
-        except (TypeError, IndexError, KeyError):
+        except (TypeError, ValueError, IndexError, KeyError):
             pass
         checked, needs_resolving = self._checker.check(items)
         if checked:
@@ -241,7 +241,8 @@ class Monitor:
                     len(item) != 3
                     or item[0] not in names
                     or (
-                        kind is not float and (kind is not int or not _INT_MIN <= value <= _INT_MAX)
+                        kind is not float
+                        and (kind is not int or not INT64_MIN <= value <= INT64_MAX)
                     )
                     or type(item[2]) is not int
                     or not INT64_MIN <= item[2] <= INT64_MAX
