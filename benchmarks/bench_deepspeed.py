@@ -19,6 +19,15 @@ engine too). The parent drives them in lock step over pipes: each round runs one
 ``--steps`` steps of every contender, one contender at a time, in a shuffled order
 (``harness.interleaved_rounds``), so load from other work on the machine hits them alike.
 
+Processes differ: two identical bare processes here run the same steps at speeds up to ~15 %
+apart (in their own CPU time too, so not the scheduler: most likely where their tensors landed
+in memory), for as long as they live. One set of processes would pass that difference off as
+an overhead, so the run has ``--cycles`` cycles, each with a fresh process per contender
+(started in a random order) and ``--rounds`` rounds; the overheads are the median over every
+round, and their interval comes from a two-level bootstrap (cycles, then rounds within them:
+``harness.paired_overhead_grouped``), so it includes the differences between processes.
+``bare-twin`` (bare again) is the A/A control: its "overhead" is the noise floor of the run.
+
 What a block's time includes (the choice, and why)
 --------------------------------------------------
 A block is ``--steps`` training steps followed by ``monitor.flush()``, and the WHOLE of it is
@@ -38,9 +47,9 @@ headline, which hid the background's cost (+0.38 % there, against +7.1 % wall me
 issue's side-by-side harness).
 
 Overheads are paired per round (the block's mean step time over the bare engine's block of the
-same round), the median over rounds, with a bootstrap 95 % interval (``harness``).
+same round, as in the issue's harness).
 
-Contenders (``CONTENDERS``): ``bare``; ``ds`` (DeepSpeed's own TensorBoard + CSV +
+Contenders (``CONTENDERS``): ``bare``; ``bare-twin``; ``ds`` (DeepSpeed's own TensorBoard + CSV +
 ``wall_clock_breakdown``); ``attach`` (everything: TensorBoard + CSV + journal + the breakdown
 every step, DeepSpeed's events through trainmon); the split: ``attach-nothing`` (writers and
 breakdown off), ``attach-no-threads`` (also no system sampler, no profiler listener),
@@ -56,11 +65,15 @@ running Python).
 Columns: ``off-CPU`` is the training thread's wall minus its CPU time during the steps: the
 time it was runnable or waiting but not running (the GIL, the OS scheduler, I/O); the added
 off-CPU time over the bare engine is what the background's GIL holding (and its CPU on a busy
-machine) costs the training thread. ``backlog`` is the events still queued when the block's
-last step returned.
+machine) costs the training thread. ``background CPU`` is the process's CPU time minus the
+training thread's: trainmon's threads (and DeepSpeed's, gloo's), per step. Both are
+differences of two clocks of one process, so a process's own speed hardly moves them: they
+resolve where the wall figures, at this noise, do not. ``backlog`` is the events still queued
+when the block's last step returned.
 
 Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_deepspeed.py
-[--rounds 90] [--steps 20] [--only a,b] [--json out.json] [--tiny]``; ``--quick`` is a smoke
+[--cycles 10] [--rounds 9] [--steps 20] [--only a,b] [--json out.json] [--pin CPU] [--tiny]``
+(10 x 9 x 20 = 1,800 steps per contender, issue 25's 3 x 600); ``--quick`` is a smoke
 run (numbers are noise). ``--gil-profile A,B`` runs each contender alone, its process
 sampled by ``py-spy record --gil`` (only the thread that holds the GIL is sampled; ``pip install
 py-spy``, attaching to a process of the same user), and prints each thread's GIL time per
@@ -70,6 +83,7 @@ step. ``--tiny``: Linear(16, 16), where the fixed cost per step shows.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -388,10 +402,12 @@ class Series:
     thread: list[float] = field(default_factory=list)  # training thread CPU, steps + flush
     process: list[float] = field(default_factory=list)  # every thread's CPU, steps + flush
     off_cpu: list[float] = field(default_factory=list)  # training thread off CPU in the steps
+    background: list[float] = field(default_factory=list)  # other threads' CPU: process - thread
     flush: list[float] = field(default_factory=list)  # ms per block
     backlog: list[float] = field(default_factory=list)
     every_step: list[float] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # the cycle (set of processes) of each block
+    started: list[int] = field(default_factory=list)  # each cycle's start position
 
     def add(self, block: dict[str, Any], cycle: int) -> None:
         n = len(block["wall_ns"])
@@ -403,6 +419,7 @@ class Series:
         self.thread.append((thread_ns + block["flush_thread_ns"]) / n / 1e6)
         self.process.append(block["process_ns"] / n / 1e6)
         self.off_cpu.append((steps_ns - thread_ns) / n / 1e6)
+        self.background.append(self.process[-1] - self.thread[-1])
         self.flush.append(block["flush_wall_ns"] / 1e6)
         self.backlog.append(float(block["backlog"]))
         self.every_step.extend(ns / 1e6 for ns in block["wall_ns"])
@@ -431,7 +448,13 @@ def run_cycle(
 ) -> None:
     """One set of workers: started, stepped in interleaved rounds, closed."""
     with open(out / "workers.log", "a") as log:
-        workers = {name: WorkerProcess(name, args, out / str(cycle), log) for name in names}
+        # started in a fresh random order each cycle: where a process starts (its place among
+        # the others in memory and on the CPUs) must not stay with one contender
+        starting = list(names)
+        order.shuffle(starting)
+        workers = {name: WorkerProcess(name, args, out / str(cycle), log) for name in starting}
+        for position, name in enumerate(starting):
+            series[name].started.append(position)
         try:
             for worker in workers.values():
                 worker.receive()  # ready: built and warmed up
@@ -489,6 +512,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
             "p90",
             "thread CPU",
             "process CPU",
+            "background CPU",
             "off-CPU",
             "flush ms/block",
             "backlog",
@@ -502,6 +526,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
                 f"{harness.percentile(s.every_step, 0.9):.3f}",
                 f"{statistics.median(s.thread):.3f}",
                 f"{statistics.median(s.process):.3f}",
+                f"{statistics.median(s.background):.3f}",
                 f"{statistics.median(s.off_cpu):.3f}",
                 f"{statistics.median(s.flush):.2f}",
                 f"{statistics.median(s.backlog):.0f}",
@@ -526,6 +551,9 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
         waited = harness.paired_difference_grouped(
             _grouped(sa, sa.off_cpu), _grouped(sb, sb.off_cpu), rng, BOOTSTRAP_RESAMPLES
         )
+        background = harness.paired_difference_grouped(
+            _grouped(sa, sa.background), _grouped(sb, sb.background), rng, BOOTSTRAP_RESAMPLES
+        )
         added = harness.paired_difference_grouped(
             _grouped(sa, sa.wall), _grouped(sb, sb.wall), rng, BOOTSTRAP_RESAMPLES
         )
@@ -545,6 +573,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
                 "process_cpu": process,
                 "added_wall_ms": added,
                 "added_off_cpu_ms": waited,
+                "added_background_cpu_ms": background,
                 "wall_per_cycle": per_cycle,
             }
         )
@@ -556,6 +585,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
                 harness.percent_ci(*steps_only),
                 f"{thread[0] * 100:+.2f}%",
                 f"{process[0] * 100:+.2f}%",
+                f"{background[0]:+.3f} [{background[1][0]:+.3f}, {background[1][1]:+.3f}]",
                 f"{waited[0]:+.3f} [{waited[1][0]:+.3f}, {waited[1][1]:+.3f}]",
             )
         )
@@ -567,6 +597,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
             "steps only [95% CI]",
             "thread CPU",
             "process CPU",
+            "added background CPU ms/step [95% CI]",
             "added off-CPU ms/step [95% CI]",
         ),
         lines,
@@ -656,8 +687,8 @@ def gil_profile(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--cycles", type=int, default=6, help="fresh sets of workers")
-    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender per cycle")
+    parser.add_argument("--cycles", type=int, default=10, help="fresh sets of workers")
+    parser.add_argument("--rounds", type=int, default=9, help="blocks per contender per cycle")
     parser.add_argument("--steps", type=int, default=20, help="steps per block")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 5 steps")
     parser.add_argument("--tiny", action="store_true", help="Linear(16, 16): the fixed cost")
@@ -702,7 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = report(series)
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+        blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
+        for data in blocks.values():
+            del data["every_step"]
+        args.json.write_text(json.dumps({"machine": info, "rows": rows, "blocks": blocks}))
     if warning := harness.busy_warning(info):
         print(warning)
     return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1

@@ -59,3 +59,30 @@ def test_deepspeed_style_copy_writes_csv_per_metric_and_tensorboard(tmp_path: Pa
         (1, 2.0),
         (2, 3.0),
     ]
+
+
+@pytest.mark.slow
+def test_deepspeed_benchmark_quick_run_reports_wall_overheads(tmp_path: Path) -> None:
+    """``bench_deepspeed.py --quick``: workers in their own processes answer every block, and
+    the comparisons (wall, with their interval) reach the JSON and the table."""
+    pytest.importorskip("deepspeed")
+    import json
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(SRC), DS_ACCELERATOR="cpu")
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    out = tmp_path / "ds.json"
+    script = str(BENCHMARKS / "bench_deepspeed.py")
+    result = subprocess.run(
+        [sys.executable, script, "--quick", "--only", "attach-nothing", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "| attach-nothing / bare" in result.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["contender"], r["baseline"]) for r in rows] == [("attach-nothing", "bare")]
+    low, high = rows[0]["wall"][1]
+    assert low <= rows[0]["wall"][0] <= high
