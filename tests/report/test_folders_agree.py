@@ -184,7 +184,8 @@ def test_the_report_of_a_tensorboard_folder_lists_the_hyper_parameters(
 
 def test_hparams_of_torch_add_hparams_are_read_with_and_without_protobuf(tmp_path: Path) -> None:
     """torch's SummaryWriter.add_hparams (another writer of the HParams plugin) reads back too,
-    and the hand decoder used without TensorBoard installed gives what its protos give."""
+    and trainmon's hand decoder gives what TensorBoard's own protos give."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
     from torch.utils.tensorboard import SummaryWriter
 
     from trainmon.report.hparams import decode_by_hand, read_hparams
@@ -203,6 +204,11 @@ def test_hparams_of_torch_add_hparams_are_read_with_and_without_protobuf(tmp_pat
     contents = reader.result.hparams_data
     assert len(contents) == 3  # experiment, session_start_info, session_end_info
     assert [decode_by_hand(c) for c in contents] == [{}, run.hparams, {}]
+    protos = plugin_data_pb2.HParamsPluginData.FromString(contents[1]).session_start_info
+    by_protos = {
+        key: getattr(value, value.WhichOneof("kind")) for key, value in protos.hparams.items()
+    }
+    assert by_protos == run.hparams
     notes: list[str] = []
     assert read_hparams([b"\x1a\xff", *contents], notes) == run.hparams
     assert notes == ["skipped 1 unreadable TensorBoard hparams summary(ies)"]

@@ -3,10 +3,11 @@
 ``Monitor.log_hparams`` (like torch's ``add_hparams``) writes two summaries whose metadata
 content is a serialised ``HParamsPluginData``: ``experiment`` (names and types only) and
 ``session_start_info`` (the run's values, a ``map<string, google.protobuf.Value>``). The reader
-in :mod:`trainmon.report.tfevents` keeps those contents; here the values are decoded, with
-TensorBoard's own ``plugin_data_pb2`` when it is installed, and otherwise by hand (TensorBoard
-folders are read without it, as trainmon writes them without it). So ``compare`` and ``report``
-show the same hyper-parameters for a TensorBoard folder as for the run's journal.
+in :mod:`trainmon.report.tfevents` keeps those contents; here the values are decoded by hand,
+as the event files themselves are (TensorBoard folders are read without TensorBoard or protobuf
+installed, as trainmon writes them without), one code path whatever is installed. So
+``compare`` and ``report`` show the same hyper-parameters for a TensorBoard folder as for the
+run's journal.
 
 TensorBoard holds every number as a double: an integer logged as ``3`` reads back as ``3.0``
 (``hparam_differences`` counts them as the same value).
@@ -15,8 +16,7 @@ TensorBoard holds every number as a double: an integer logged as ``3`` reads bac
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 #: A hyper-parameter as read back: TensorBoard holds every number as a double.
 HparamValue = str | float | bool
@@ -34,54 +34,15 @@ def read_hparams(contents: Iterable[bytes], notes: list[str]) -> dict[str, Hpara
     is skipped and noted."""
     found: dict[str, HparamValue] = {}
     pending = list(contents)
-    if not pending:  # no protobuf import for a folder without hyper-parameters
-        return found
-    decode = _decoder()
     bad = 0
     for content in pending:
         try:
-            found.update(decode(content))
+            found.update(decode_by_hand(content))
         except _Malformed:
             bad += 1
     if bad:
         notes.append(f"skipped {bad} unreadable TensorBoard hparams summary(ies)")
     return found
-
-
-def _decoder() -> Callable[[bytes], dict[str, HparamValue]]:
-    """TensorBoard's protos when installed (the format's owner), else the hand decoder."""
-    try:
-        from google.protobuf.message import DecodeError
-        from tensorboard.plugins.hparams import plugin_data_pb2
-    except ImportError:
-        return decode_by_hand
-    message = plugin_data_pb2.HParamsPluginData
-
-    def decode(content: bytes) -> dict[str, HparamValue]:
-        try:
-            data = message.FromString(content)
-        except DecodeError as exc:
-            raise _Malformed(str(exc)) from exc
-        if data.WhichOneof("data") != "session_start_info":
-            return {}
-        return {k: _proto_value(v) for k, v in data.session_start_info.hparams.items()}
-
-    return decode
-
-
-def _proto_value(value: Any) -> HparamValue:
-    """A ``google.protobuf.Value`` as trainmon stores hyper-parameters."""
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        return float(value.number_value)
-    if kind == "bool_value":
-        return bool(value.bool_value)
-    if kind == "string_value":
-        return str(value.string_value)
-    return "None" if kind in (None, "null_value") else str(value)
-
-
-# ---- without protobuf ------------------------------------------------------------------------
 
 
 def decode_by_hand(content: bytes) -> dict[str, HparamValue]:
