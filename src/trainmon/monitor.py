@@ -100,7 +100,7 @@ class Monitor:
         self.log_rank = logging_rank(self.config.trainmon.log_rank, self.place)
         # alert rules, stall watchdog and sinks (config.alerts); None without rules
         self.alerts: AlertSystem | None = build_alerts(self.config, self.place)
-        pipeline_config = pipeline_settings(self.config)
+        pipeline_config = pipeline_settings(self.config.trainmon, getattr(self.alerts, "rules", ()))
         if writers is None:
             writes = writes_on_rank(self.place, pipeline_config.per_rank_output, self.log_rank)
             writers = build_writers(self.config, self.place) if writes else []

@@ -9,12 +9,12 @@ the Monitor itself then only holds them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from trainmon.collect.profiler import ProfileOnDemand
-from trainmon.config import PipelineConfig, TrainmonConfig
+from trainmon.config import AlertRuleConfig, PipelineConfig, TrainmonConfig
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.callbacks import Callback
 from trainmon.core.cross_rank import CrossRankReducer
@@ -31,13 +31,12 @@ from trainmon.writers import run_identity
 _log = get_logger("monitor")
 
 
-def pipeline_settings(config: TrainmonConfig) -> PipelineConfig:
-    """``config.trainmon`` with ``drain_interval_s`` decided: when null, prompt (50 ms) only
-    if a rule may stop training, since each wake-up costs CPU beside the training thread."""
-    settings = config.trainmon
+def pipeline_settings(settings: PipelineConfig, rules: Iterable[AlertRuleConfig]) -> PipelineConfig:
+    """``settings`` with ``drain_interval_s`` decided: when null, prompt (50 ms) only if one
+    of ``rules`` may stop training, since each wake-up costs CPU beside the training thread."""
     if settings.drain_interval_s is not None:
         return settings
-    stops = any(rule.action == "stop" for rule in config.alerts.rule_configs())
+    stops = any(rule.action == "stop" for rule in rules)
     drain = STOP_RULES_DRAIN_INTERVAL_S if stops else DEFAULT_DRAIN_INTERVAL_S
     return replace(settings, drain_interval_s=drain)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from trainmon import Monitor
-from trainmon.config import load_config
+from trainmon.config import PipelineConfig, load_config
 from trainmon.errors import ConfigError
 from trainmon.monitor_parts import pipeline_settings
 from trainmon.testing import MemoryWriter
@@ -16,14 +16,21 @@ from trainmon.testing import MemoryWriter
 STOP_RULE = {"name": "nan", "metric": "train/loss", "kind": "non_finite", "action": "stop"}
 
 
+def drain_of(source: dict[str, object]) -> float | None:
+    """The interval a Monitor built from ``source`` drains at."""
+    config = load_config(source)
+    settings: PipelineConfig = pipeline_settings(config.trainmon, config.alerts.rule_configs())
+    return settings.drain_interval_s
+
+
 def test_null_means_quarter_second_and_prompt_only_with_a_stop_rule() -> None:
-    assert pipeline_settings(load_config({})).drain_interval_s == 0.25
+    assert drain_of({}) == 0.25
     warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "alert"}]}}
-    assert pipeline_settings(load_config(warn_only)).drain_interval_s == 0.25
+    assert drain_of(warn_only) == 0.25
     stopping = {"alerts": {"rules": [STOP_RULE]}}
-    assert pipeline_settings(load_config(stopping)).drain_interval_s == 0.05
+    assert drain_of(stopping) == 0.05
     chosen = {"alerts": {"rules": [STOP_RULE]}, "trainmon": {"drain_interval_s": 2.0}}
-    assert pipeline_settings(load_config(chosen)).drain_interval_s == 2.0
+    assert drain_of(chosen) == 2.0
 
 
 def test_a_bad_interval_names_the_key() -> None:
