@@ -11,24 +11,13 @@ optimizer keeps one).
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-for key, value in (
-    ("MASTER_ADDR", "127.0.0.1"),
-    ("RANK", "0"),
-    ("LOCAL_RANK", "0"),
-    ("WORLD_SIZE", "1"),
-):
-    os.environ.setdefault(key, value)
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-if "MASTER_PORT" not in os.environ:
-    with socket.socket() as _sock:
-        _sock.bind(("127.0.0.1", 0))
-        os.environ["MASTER_PORT"] = str(_sock.getsockname()[1])
+import single_rank
+
+single_rank.set_env()  # before deepspeed is imported
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402

@@ -7,18 +7,12 @@ pairs and a DeepSpeed-style ``("train/loss", value, global_samples)`` triple.
 
 from __future__ import annotations
 
-import os
-import socket
 import sys
 from pathlib import Path
 
-for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-    os.environ.setdefault(key, value)
-os.environ.setdefault("WORLD_SIZE", "1")
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-with socket.socket() as _sock:
-    _sock.bind(("127.0.0.1", 0))
-    os.environ.setdefault("MASTER_PORT", str(_sock.getsockname()[1]))
+import single_rank
+
+single_rank.set_env()  # before deepspeed is imported
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
