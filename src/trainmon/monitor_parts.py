@@ -32,7 +32,7 @@ _log = get_logger("monitor")
 
 
 def pipeline_settings(settings: PipelineConfig, rules: Iterable[AlertRuleConfig]) -> PipelineConfig:
-    """``settings`` with ``drain_interval_s`` decided: when null, prompt (50 ms) only if one
+    """``settings`` with ``drain_interval_s`` decided: when null, prompt (20 ms) only if one
     of ``rules`` may stop training, since each wake-up costs CPU beside the training thread."""
     if settings.drain_interval_s is not None:
         return settings

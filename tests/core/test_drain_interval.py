@@ -28,7 +28,7 @@ def test_null_means_quarter_second_and_prompt_only_with_a_stop_rule() -> None:
     warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "alert"}]}}
     assert drain_of(warn_only) == 0.25
     stopping = {"alerts": {"rules": [STOP_RULE]}}
-    assert drain_of(stopping) == 0.05
+    assert drain_of(stopping) == 0.02
     chosen = {"alerts": {"rules": [STOP_RULE]}, "trainmon": {"drain_interval_s": 2.0}}
     assert drain_of(chosen) == 2.0
 

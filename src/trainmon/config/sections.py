@@ -265,7 +265,7 @@ class PipelineConfig(Settings):
     drain_interval_s: float | None = setting(
         "How often the background thread takes what the training thread queued (sooner when "
         "asked to flush or when the queue fills): longer means fewer wake-ups and less CPU "
-        "beside training, shorter means console lines and alert rules sooner. null: 0.05 s "
+        "beside training, shorter means console lines and alert rules sooner. null: 0.02 s "
         'when an alert rule has "action": "stop" (a NaN stops training within a few steps), '
         "else 0.25 s; at most flush_interval_s.",
         default=None,

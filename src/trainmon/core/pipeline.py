@@ -80,7 +80,7 @@ WRITER_ERRORS_METRIC = "trainmon/writer_errors"
 #: alert rule needs to stop training promptly
 DEFAULT_DRAIN_INTERVAL_S = 0.25
 #: ... and when one does (a NaN loss, read in the background, stops training a few steps later)
-STOP_RULES_DRAIN_INTERVAL_S = 0.05
+STOP_RULES_DRAIN_INTERVAL_S = 0.02
 _CHUNK_ENTRIES = 2048
 
 
