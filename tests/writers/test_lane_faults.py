@@ -175,10 +175,14 @@ def _tight_loop(tmp_path: Path, slow: bool) -> tuple[float, Monitor, Path]:
 
 def test_two_slow_writers_cost_the_loop_and_the_healthy_writer_nothing(tmp_path: Path) -> None:
     """A tight loop of 15,000 steps beside two 50 ms writers runs about as fast as without
-    them, the journal gets every value and every value the slow ones missed is counted."""
+    them, the journal gets every value and every value the slow ones missed is counted.
+
+    The bound is loose on purpose (a loaded suite once took 0.53 s against 0.012 s bare): a
+    loop that waited for the slow writers even once per drain would take seconds, once per
+    call 750 s; how fast the loop is lies with benchmarks/bench_checkpoint.py."""
     bare, _, _ = _tight_loop(tmp_path, slow=False)
     slow, monitor, run = _tight_loop(tmp_path, slow=True)
-    assert slow < 3 * bare + 0.2, (slow, bare)
+    assert slow < 3 * bare + 1.0, (slow, bare)
     assert _journal_loss(run) == list(range(15_000))
     for name in ("custom writer (50ms)", "custom writer (50ms) #2"):
         assert monitor.undelivered[name] >= 15_000 - 100

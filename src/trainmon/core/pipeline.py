@@ -317,32 +317,38 @@ class Pipeline:
 
     def _drain(self) -> None:
         """Scalar entries go through the stages in batches; a control entry first has what came
-        before it written, so the stream keeps its order."""
+        before it written, so the stream keeps its order. Side events (another x axis, other
+        tags) ride along with the batch: DeepSpeed sends some every step, and cutting the
+        batch at each would write every step on its own."""
         queue = self._queue
         worked = bool(queue)  # counters follow real work: a writer failing on the counter
         while queue:  # record itself must not make a record every poll
             batch: list[Entry] = []
+            sides: list[SideEvents] = []
             count = 0
-            while queue and len(batch) < _CHUNK_ENTRIES:
+            while queue and len(batch) + len(sides) < _CHUNK_ENTRIES:
                 entry = queue.popleft()
                 if isinstance(entry, tuple):  # one call's scalars
                     batch.append(entry)
                     count += len(entry[2])
                     continue
+                if isinstance(entry, SideEvents):
+                    sides.append(entry)
+                    count += len(entry.items)
+                    continue
                 self._emit(batch)
+                self._emit_sides(sides)
                 self._consumed += count
-                batch, count = [], 0
+                batch, sides, count = [], [], 0
                 if isinstance(entry, Pending):  # histogram/text/hparams/progress
                     self._consumed += 1
                     self._write_extra(entry)
-                elif isinstance(entry, SideEvents):
-                    self._emit_side(entry)
-                    self._consumed += len(entry.items)
                 elif isinstance(entry, SampledValues):  # at the step the stream has reached
                     self._emit([(entry.wall_time, self._last_step, entry.items, False)])
                 else:
                     self._reach_flush_point(entry)
             self._emit(batch)
+            self._emit_sides(sides)
             self._consumed += count
         if worked:
             self._emit_counters()
@@ -384,16 +390,25 @@ class Pipeline:
         if self._observers:
             self._observe("on_records", records)
 
-    def _emit_side(self, side: SideEvents) -> None:
-        """Side events: resolve → group → fan out to the writers of their kinds, nothing else."""
-        needs_resolving = side.needs_resolving if side.needs_resolving is not False else True
-        try:
-            records = self._records([(side.wall_time, 0, side.items, needs_resolving)])
-        except Exception:
-            self._count_internal_error("could not turn side events into records")
+    def _emit_sides(self, sides: list[SideEvents]) -> None:
+        """Side events: resolve → group → fan out to the writers of their kinds, nothing else;
+        one pass per set of kinds (DeepSpeed's events all have the same)."""
+        if not sides:
             return
-        if records:
-            self.writers.write_kinds(records, side.kinds)
+        by_kinds: dict[frozenset[str], list[Entry]] = {}
+        for side in sides:
+            needs_resolving = side.needs_resolving if side.needs_resolving is not False else True
+            by_kinds.setdefault(side.kinds, []).append(
+                (side.wall_time, 0, side.items, needs_resolving)
+            )
+        for kinds, entries in by_kinds.items():
+            try:
+                records = self._records(entries)
+            except Exception:
+                self._count_internal_error("could not turn side events into records")
+                continue
+            if records:
+                self.writers.write_kinds(records, kinds)
 
     def run_stages(self, batch: list[Entry]) -> None:
         """Run the background stages on one batch of entries, on the calling thread: for
