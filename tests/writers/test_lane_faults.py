@@ -178,8 +178,8 @@ def test_two_slow_writers_cost_the_loop_and_the_healthy_writer_nothing(tmp_path:
     them, the journal gets every value and every value the slow ones missed is counted.
 
     The bound is loose on purpose (a loaded suite once took 0.53 s against 0.012 s bare): a
-    loop that waited for the slow writers even once per drain would take seconds, once per
-    call 750 s; how fast the loop is lies with benchmarks/bench_checkpoint.py."""
+    loop that waited for a slow writer on each call would take 750 s, or on each full queue
+    several seconds; how fast the loop is belongs to the benchmarks."""
     bare, _, _ = _tight_loop(tmp_path, slow=False)
     slow, monitor, run = _tight_loop(tmp_path, slow=True)
     assert slow < 3 * bare + 1.0, (slow, bare)
