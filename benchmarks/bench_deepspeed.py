@@ -85,163 +85,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import math
 import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import harness
-
-BATCH = 32
-WIDTH = 512
-LAYERS = 4
-TINY = 16
-BOOTSTRAP_RESAMPLES = 2000
-DEFAULT_SWITCH_S = 0.005  # Python's default sys.getswitchinterval()
-WRITERS = ("tensorboard", "csv", "journal")
-
-
-@dataclass(frozen=True)
-class Contender:
-    """One way of running the same training steps."""
-
-    name: str
-    what: str
-    attach: bool = False
-    writers: tuple[str, ...] = ()  # "tensorboard", "csv", "journal"
-    breakdown: bool = False
-    ds_monitor: bool = False  # DeepSpeed's own TensorBoard + CSV + wall_clock_breakdown
-    clipping: float | None = None  # None: DeepSpeed's default (1.0)
-    trainmon: dict[str, Any] = field(default_factory=dict)  # the "trainmon" section
-    threads: bool = True  # the system sampler and the profiler listener
-    switch_s: float = DEFAULT_SWITCH_S
-    baseline: str = "bare"
-
-
-CONTENDERS: tuple[Contender, ...] = (
-    Contender("bare", "DeepSpeed alone"),
-    Contender("bare-twin", "bare again, in its own process: the A/A control"),
-    Contender("ds", "DeepSpeed's own TB + CSV + breakdown", ds_monitor=True),
-    Contender(
-        "attach",
-        "attach: TB + CSV + journal + breakdown (everything)",
-        attach=True,
-        writers=WRITERS,
-        breakdown=True,
-    ),
-    Contender("attach-nothing", "attach: writers and breakdown off", attach=True),
-    Contender(
-        "attach-no-threads",
-        "attach: writers, breakdown, sampler, profiler off",
-        attach=True,
-        threads=False,
-    ),
-    Contender(
-        "attach-writers", "attach: TB + CSV + journal, no breakdown", attach=True, writers=WRITERS
-    ),
-    Contender("attach-breakdown", "attach: breakdown, no writer", attach=True, breakdown=True),
-    Contender("attach-tb", "attach: TensorBoard only", attach=True, writers=("tensorboard",)),
-    Contender("attach-csv", "attach: CSV only", attach=True, writers=("csv",)),
-    Contender("attach-journal", "attach: journal only", attach=True, writers=("journal",)),
-    Contender("bare-noclip", "DeepSpeed alone, gradient_clipping 0", clipping=0.0),
-    Contender(
-        "attach-noclip",
-        "attach, nothing on, clipping 0: trainmon's grad norm every step",
-        attach=True,
-        clipping=0.0,
-        baseline="bare-noclip",
-    ),
-    Contender(
-        "attach-noclip-nonorm",
-        "the same with trainmon.grad_norm_every 0",
-        attach=True,
-        clipping=0.0,
-        trainmon={"grad_norm_every": 0},
-        baseline="bare-noclip",
-    ),
-    Contender("bare@si0.5ms", "bare, sys.setswitchinterval(0.5 ms)", switch_s=0.0005),
-    Contender(
-        "attach@si0.5ms",
-        "attach everything, switch interval 0.5 ms",
-        attach=True,
-        writers=WRITERS,
-        breakdown=True,
-        switch_s=0.0005,
-        baseline="bare@si0.5ms",
-    ),
+from deepspeed_bench.contenders import (
+    BATCH,
+    BY_NAME,
+    CONTENDERS,
+    LAYERS,
+    WIDTH,
+    Contender,
+    attach_config,
+    one_rank_engine,
+    time_block,
 )
-BY_NAME = {c.name: c for c in CONTENDERS}
-#: Extra comparisons besides each contender against its baseline.
-EXTRA_COMPARISONS = (("attach", "ds"), ("attach-noclip", "attach-noclip-nonorm"))
-
-
-# ---- the worker: one contender in its own process ---------------------------------------------
-
-
-def ds_config(contender: Contender, out: Path) -> dict[str, Any]:
-    """The DeepSpeed config the engine is built with (DeepSpeed's own monitor sections here)."""
-    config: dict[str, Any] = {
-        "train_batch_size": BATCH,
-        "steps_per_print": 10,
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": 0},
-    }
-    if contender.clipping is not None:
-        config["gradient_clipping"] = contender.clipping
-    job = {"output_path": str(out), "job_name": contender.name}
-    if contender.ds_monitor:
-        config["wall_clock_breakdown"] = True
-        config["tensorboard"] = {"enabled": True, **job}
-        config["csv_monitor"] = {"enabled": True, **job}
-    return config
-
-
-def attach_config(contender: Contender, out: Path) -> dict[str, Any]:
-    """What ``trainmon.attach`` is given, merged over the engine's config."""
-    job = {"output_path": str(out), "job_name": contender.name}
-    config: dict[str, Any] = {
-        "console": {"enabled": False},
-        "wall_clock_breakdown": contender.breakdown,
-        "tensorboard": {"enabled": "tensorboard" in contender.writers, **job},
-        "csv_monitor": {
-            "enabled": "csv" in contender.writers,
-            "output_path": str(out),
-            "job_name": contender.name + "-csv",
-        },
-        "jsonl": {"enabled": "journal" in contender.writers, **job},
-    }
-    if contender.trainmon:
-        config["trainmon"] = dict(contender.trainmon)
-    if not contender.threads:
-        config["system_metrics"] = {"enabled": False}
-        config["profiler"] = {"enabled": False}
-    return config
-
-
-def build_model(tiny: bool) -> Any:
-    import torch
-
-    torch.manual_seed(0)
-    if tiny:
-        return torch.nn.Linear(TINY, TINY)
-    layers: list[Any] = []
-    for index in range(LAYERS):
-        layers.append(torch.nn.Linear(WIDTH, WIDTH))
-        if index < LAYERS - 1:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
+from deepspeed_bench.report import Series, report
 
 
 class Worker:
@@ -250,39 +120,15 @@ class Worker:
     def __init__(
         self, contender: Contender, out: Path, steps: int, tiny: bool, pin: int | None
     ) -> None:
-        # one gloo rank of its own on a free port (the parent's workers run side by side)
-        for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
-            os.environ[key] = value
-        os.environ["WORLD_SIZE"] = "1"
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-        import deepspeed
-        import torch
-
         import trainmon
 
-        torch.set_num_threads(1)
-        sys.setswitchinterval(contender.switch_s)
-        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-        deepspeed.init_distributed(dist_backend="gloo")
-        model = build_model(tiny)
-        self.engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=ds_config(contender, out)
-        )
+        self.engine, batches = one_rank_engine(contender, out, tiny)
         self.monitor = (
             trainmon.attach(self.engine, attach_config(contender, out))
             if contender.attach
             else None
         )
-        gen = torch.Generator().manual_seed(1)
-        width = TINY if tiny else WIDTH
-        self.batches = [
-            (torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen))
-            for _ in range(steps)
-        ]
-        self.loss_fn = torch.nn.functional.mse_loss
+        self.batches = [batches[i % len(batches)] for i in range(steps)]
         if pin is not None:
             # this (the training) thread only, after every thread was started (threads started
             # later inherit it): the background threads may run on any CPU
@@ -290,43 +136,9 @@ class Worker:
         for _ in range(2):  # warm-up, untimed
             self.block()
 
-    def step(self, batch: tuple[Any, Any]) -> None:
-        x, y = batch
-        engine = self.engine
-        engine.backward(self.loss_fn(engine(x), y))
-        engine.step()
-
     def block(self) -> dict[str, Any]:
-        """One timed block: every step (wall, thread CPU), then the flush, all of it timed."""
-        perf, thread_cpu, process_cpu = (
-            time.perf_counter_ns,
-            time.thread_time_ns,
-            time.process_time_ns,
-        )
-        walls, cpus = [], []
-        step = self.step
-        p0 = process_cpu()
-        for batch in self.batches:
-            c0, w0 = thread_cpu(), perf()
-            step(batch)
-            w1, c1 = perf(), thread_cpu()
-            walls.append(w1 - w0)
-            cpus.append(c1 - c0)
-        monitor = self.monitor
-        backlog = monitor.pending_events if monitor is not None else 0
-        c0, w0 = thread_cpu(), perf()
-        if monitor is not None:
-            monitor.flush()
-        w1, c1 = perf(), thread_cpu()
-        p1 = process_cpu()
-        return {
-            "wall_ns": walls,
-            "thread_ns": cpus,
-            "flush_wall_ns": w1 - w0,
-            "flush_thread_ns": c1 - c0,
-            "process_ns": p1 - p0,
-            "backlog": backlog,
-        }
+        """One timed block (see :func:`~deepspeed_bench.contenders.time_block`)."""
+        return time_block(self.engine, self.batches, self.monitor)
 
     def close(self) -> dict[str, Any]:
         if self.monitor is None:
@@ -393,38 +205,6 @@ class WorkerProcess:
         return self.receive()
 
 
-@dataclass
-class Series:
-    """A contender's blocks: per-block figures (ms per step) and every step's wall time."""
-
-    wall: list[float] = field(default_factory=list)  # (steps + flush) / steps
-    steps_wall: list[float] = field(default_factory=list)  # steps only
-    thread: list[float] = field(default_factory=list)  # training thread CPU, steps + flush
-    process: list[float] = field(default_factory=list)  # every thread's CPU, steps + flush
-    off_cpu: list[float] = field(default_factory=list)  # training thread off CPU in the steps
-    background: list[float] = field(default_factory=list)  # other threads' CPU: process - thread
-    flush: list[float] = field(default_factory=list)  # ms per block
-    backlog: list[float] = field(default_factory=list)
-    every_step: list[float] = field(default_factory=list)
-    cycle: list[int] = field(default_factory=list)  # the cycle (set of processes) of each block
-    started: list[int] = field(default_factory=list)  # each cycle's start position
-
-    def add(self, block: dict[str, Any], cycle: int) -> None:
-        n = len(block["wall_ns"])
-        self.cycle.append(cycle)
-        steps_ns = sum(block["wall_ns"])
-        thread_ns = sum(block["thread_ns"])
-        self.wall.append((steps_ns + block["flush_wall_ns"]) / n / 1e6)
-        self.steps_wall.append(steps_ns / n / 1e6)
-        self.thread.append((thread_ns + block["flush_thread_ns"]) / n / 1e6)
-        self.process.append(block["process_ns"] / n / 1e6)
-        self.off_cpu.append((steps_ns - thread_ns) / n / 1e6)
-        self.background.append(self.process[-1] - self.thread[-1])
-        self.flush.append(block["flush_wall_ns"] / 1e6)
-        self.backlog.append(float(block["backlog"]))
-        self.every_step.extend(ns / 1e6 for ns in block["wall_ns"])
-
-
 def run_rounds(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Series]:
     """``--cycles`` times: start a fresh worker per contender, run ``--rounds`` interleaved
     rounds (after one unrecorded), close them."""
@@ -481,140 +261,6 @@ def run_cycle(
                     worker.proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     worker.proc.kill()
-
-
-def _grouped(series: Series, values: list[float]) -> list[list[float]]:
-    """Per-block values split by cycle (the rounds of one set of processes)."""
-    groups: dict[int, list[float]] = {}
-    for cycle, value in zip(series.cycle, values, strict=True):
-        groups.setdefault(cycle, []).append(value)
-    return [groups[c] for c in sorted(groups)]
-
-
-def _paired(
-    a: Series, b: Series, pick: Callable[[Series], list[float]], rng: random.Random
-) -> tuple[float, tuple[float, float]]:
-    return harness.paired_overhead_grouped(
-        _grouped(a, pick(a)), _grouped(b, pick(b)), rng, BOOTSTRAP_RESAMPLES
-    )
-
-
-def report(series: dict[str, Series]) -> list[dict[str, Any]]:
-    """Print the tables; return their rows (for ``--json``)."""
-    rng = random.Random(0)
-    names = list(series)
-    harness.print_markdown_table(
-        (
-            "contender",
-            "wall ms/step",
-            "steps only",
-            "p10",
-            "p90",
-            "thread CPU",
-            "process CPU",
-            "background CPU",
-            "off-CPU",
-            "flush ms/block",
-            "backlog",
-        ),
-        [
-            (
-                name,
-                f"{statistics.median(s.wall):.3f}",
-                f"{statistics.median(s.steps_wall):.3f}",
-                f"{harness.percentile(s.every_step, 0.1):.3f}",
-                f"{harness.percentile(s.every_step, 0.9):.3f}",
-                f"{statistics.median(s.thread):.3f}",
-                f"{statistics.median(s.process):.3f}",
-                f"{statistics.median(s.background):.3f}",
-                f"{statistics.median(s.off_cpu):.3f}",
-                f"{statistics.median(s.flush):.2f}",
-                f"{statistics.median(s.backlog):.0f}",
-            )
-            for name, s in series.items()
-        ],
-    )
-    print()
-    pairs = [(c, BY_NAME[c].baseline) for c in names if c != BY_NAME[c].baseline]
-    pairs += [(a, b) for a, b in EXTRA_COMPARISONS]
-    rows: list[dict[str, Any]] = []
-    lines = []
-    for a, b in pairs:
-        if a not in series or b not in series:
-            continue
-        sa, sb = series[a], series[b]
-
-        wall = _paired(sa, sb, lambda s: s.wall, rng)
-        steps_only = _paired(sa, sb, lambda s: s.steps_wall, rng)
-        thread = _paired(sa, sb, lambda s: s.thread, rng)
-        process = _paired(sa, sb, lambda s: s.process, rng)
-        waited = harness.paired_difference_grouped(
-            _grouped(sa, sa.off_cpu), _grouped(sb, sb.off_cpu), rng, BOOTSTRAP_RESAMPLES
-        )
-        background = harness.paired_difference_grouped(
-            _grouped(sa, sa.background), _grouped(sb, sb.background), rng, BOOTSTRAP_RESAMPLES
-        )
-        added = harness.paired_difference_grouped(
-            _grouped(sa, sa.wall), _grouped(sb, sb.wall), rng, BOOTSTRAP_RESAMPLES
-        )
-        per_cycle = [
-            statistics.median(c / b - 1.0 for c, b in zip(ca, cb, strict=True))
-            for ca, cb in zip(_grouped(sa, sa.wall), _grouped(sb, sb.wall), strict=True)
-        ]
-        rows.append(
-            {
-                "contender": a,
-                "baseline": b,
-                "what": BY_NAME[a].what,
-                "median_wall_ms": statistics.median(sa.wall),
-                "wall": wall,
-                "steps_only": steps_only,
-                "thread_cpu": thread,
-                "process_cpu": process,
-                "added_wall_ms": added,
-                "added_off_cpu_ms": waited,
-                "added_background_cpu_ms": background,
-                "wall_per_cycle": per_cycle,
-            }
-        )
-        lines.append(
-            (
-                f"{a} / {b}",
-                harness.percent_ci(*wall),
-                f"{added[0]:+.3f}",
-                harness.percent_ci(*steps_only),
-                f"{thread[0] * 100:+.2f}%",
-                f"{process[0] * 100:+.2f}%",
-                f"{background[0]:+.3f} [{background[1][0]:+.3f}, {background[1][1]:+.3f}]",
-                f"{waited[0]:+.3f} [{waited[1][0]:+.3f}, {waited[1][1]:+.3f}]",
-            )
-        )
-    harness.print_markdown_table(
-        (
-            "comparison",
-            "wall [95% CI]",
-            "wall ms/step",
-            "steps only [95% CI]",
-            "thread CPU",
-            "process CPU",
-            "added background CPU ms/step [95% CI]",
-            "added off-CPU ms/step [95% CI]",
-        ),
-        lines,
-    )
-    print()
-    cycles = max((len(r["wall_per_cycle"]) for r in rows), default=0)
-    harness.print_markdown_table(
-        ("wall overhead, median of each cycle", *(f"cycle {i + 1}" for i in range(cycles))),
-        [
-            (
-                f"{r['contender']} / {r['baseline']}",
-                *(f"{v * 100:+.1f}%" for v in r["wall_per_cycle"]),
-            )
-            for r in rows
-        ],
-    )
-    return rows
 
 
 def gil_profile(args: argparse.Namespace) -> int:

@@ -1,0 +1,173 @@
+"""What ``trainmon.attach`` costs a DeepSpeed step in WALL time, on ONE engine: blocks with
+and without trainmon alternate on the same engine, model and tensors.
+
+Why a second DeepSpeed benchmark: ``bench_deepspeed.py`` runs each contender in its own
+process, and on the team's VM two identical bare processes step up to ~15 % apart for as long
+as they live (their own CPU time too: most likely where their tensors landed in memory). With
+ten fresh sets of processes its A/A control still reads ±8 %, so a 2 % goal cannot be shown
+there. Here every contender steps the same engine, so that difference is gone: an ``attach``
+block attaches trainmon to the engine (untimed), runs ``--warmup`` steps and a flush (untimed),
+then the timed block, then detaches (untimed); a bare block runs the same warm-up steps and
+the timed block without trainmon. ``bare-twin`` is bare again under another name: the A/A
+control. Rounds run every contender once, in a shuffled order.
+
+What a block's time includes is what ``bench_deepspeed.py`` times: ``--steps`` steps and then
+``monitor.flush()``, all of it (the background's work during the steps, and its tail drained
+by the flush). The default block is 100 steps (about 1 s here), so the flush to the OS that
+ends it comes about as often as trainmon's own (``flush_interval_s`` = 1 s). ``steps only``
+leaves the flush out. The shape (the issue-25 harness: 4 x Linear(512, 512), batch 32, Adam,
+one torch thread, DeepSpeed's default clipping) and the contenders' configs are
+``deepspeed_bench.contenders``'; contenders that need another DeepSpeed config (``ds``,
+``*-noclip``) cannot share the engine and are refused.
+
+What this cannot show: anything a process gets from starting trainmon once and keeping it
+(nothing known); attaching per block re-creates the writers' files, which is outside the timing.
+
+Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_attach.py
+[--rounds 60] [--steps 100] [--only attach,attach-writers] [--json out.json] [--tiny]``;
+``--quick`` is a smoke run (numbers are noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import harness
+from deepspeed_bench.contenders import (
+    BATCH,
+    BY_NAME,
+    CONTENDERS,
+    LAYERS,
+    WIDTH,
+    Contender,
+    attach_config,
+    one_rank_engine,
+    time_block,
+    train_step,
+)
+from deepspeed_bench.report import Series, report
+
+DEFAULT_ONLY = ("bare-twin", "attach", "attach-nothing", "attach-writers")
+
+
+def shares_the_engine(contender: Contender) -> bool:
+    """Whether the contender runs on the bare engine: same DeepSpeed config, bare baseline."""
+    bare = BY_NAME["bare"]
+    return (
+        not contender.ds_monitor
+        and contender.clipping == bare.clipping
+        and BY_NAME[contender.baseline].ds_monitor == bare.ds_monitor
+        and BY_NAME[contender.baseline].clipping == bare.clipping
+    )
+
+
+class OneEngine:
+    """The engine every contender steps, and one block of a contender on it."""
+
+    def __init__(self, args: argparse.Namespace, out: Path) -> None:
+        self.engine, batches = one_rank_engine(BY_NAME["bare"], out, args.tiny)
+        self.batches = [batches[i % len(batches)] for i in range(args.steps)]
+        self.warmup = [batches[i % len(batches)] for i in range(args.warmup)]
+        self.out = out
+        self.blocks = 0
+        for batch in self.batches:  # the engine's own first steps, untimed
+            train_step(self.engine, batch)
+
+    def block(self, contender: Contender) -> dict[str, Any]:
+        """Attach (for an attach contender), warm up, time one block, detach."""
+        import trainmon
+        from trainmon.integrations.deepspeed import detach
+
+        self.blocks += 1
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(contender.switch_s)
+        monitor = None
+        if contender.attach:
+            out = self.out / f"{contender.name}-{self.blocks}"
+            monitor = trainmon.attach(self.engine, attach_config(contender, out))
+        try:
+            for batch in self.warmup:
+                train_step(self.engine, batch)
+            if monitor is not None:
+                monitor.flush()
+            return time_block(self.engine, self.batches, monitor)
+        finally:
+            if monitor is not None:
+                detach(self.engine)
+                shutil.rmtree(self.out / f"{contender.name}-{self.blocks}", ignore_errors=True)
+            sys.setswitchinterval(switch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=60, help="blocks per contender")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per block")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps after attach")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 5 steps")
+    parser.add_argument("--tiny", action="store_true", help="Linear(16, 16): the fixed cost")
+    parser.add_argument(
+        "--only", default=",".join(DEFAULT_ONLY), help="comma-separated contenders (+ bare)"
+    )
+    parser.add_argument("--json", type=Path, help="write the comparisons here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 3, 5, 2
+    known = [c.name for c in CONTENDERS if shares_the_engine(c)]
+    wanted = set(args.only.split(",")) | {"bare"}
+    if unknown := wanted - set(known):
+        parser.error(
+            f"--only: {sorted(unknown)} cannot run on the bare engine (or are unknown); "
+            f"these can: {known}"
+        )
+    wanted |= {BY_NAME[n].baseline for n in wanted}
+    names = [n for n in known if n in wanted]
+    load_start = harness.load_average()
+    info = harness.machine_info(("trainmon", "torch", "deepspeed"))
+    out = Path(tempfile.mkdtemp(prefix="bench-attach-"))
+    series = {name: Series() for name in names}
+    try:
+        engine = OneEngine(args, out)
+
+        def block(name: str, _index: int, recorded: bool) -> None:
+            answer = engine.block(BY_NAME[name])
+            if recorded:
+                series[name].add(answer, 0)
+
+        def progress(done: int, total: int) -> None:
+            if done % 10 == 0 or done == total:
+                print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
+
+        harness.interleaved_rounds(
+            names, args.rounds, block, rng=random.Random(2), warmup_rounds=1, progress=progress
+        )
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    model = "Linear(16, 16)" if args.tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
+    print(harness.machine_line(info))
+    print(
+        f"{model}, batch {BATCH}, ONE engine, {args.rounds} rounds x {args.steps} steps per "
+        f"contender (+{args.warmup} untimed after each attach), load {load_start} -> "
+        f"{harness.load_average()}"
+    )
+    rows = report(series)
+    if args.json:
+        blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
+        for data in blocks.values():
+            del data["every_step"]
+        args.json.write_text(json.dumps({"machine": info, "rows": rows, "blocks": blocks}))
+    if warning := harness.busy_warning(info):
+        print(warning)
+    return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
