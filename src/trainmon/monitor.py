@@ -192,9 +192,11 @@ class Monitor:
                 if name not in names:
                     break
                 kind = type(value)
-                if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):
+                if kind is float:
                     continue
-                if kind not in _TENSOR_KINDS:
+                if kind not in _TENSOR_KINDS:  # tested before int: a tensor skips that test
+                    if kind is int and INT64_MIN <= value <= INT64_MAX:
+                        continue
                     if not is_tensor(value):
                         break
                     _TENSOR_KINDS.add(kind)

@@ -326,10 +326,19 @@ def capture(tensors: Sequence[Any], names: Sequence[str] | None = None) -> Snaps
         for tensor in tensors:  # one dtype: no type promotion can change a value
             if tensor.dtype is not dtype:
                 break
-        else:  # the common case: one copy whose metadata stands for every tensor's checks
-            copy = _checked_copy(tensors) if dtype in _real else None
-            if copy is not None:
-                return Snapshot(count, [(range(count), copy, _event_after(_torch, copy))])
+        else:  # the common case (inline: every call with tensors runs it), as _checked_copy
+            if dtype in _real:
+                try:
+                    copy = _torch.stack(tensors) if count > 1 else tensors[0].clone()
+                except Exception:
+                    copy = None
+                if (
+                    copy is not None
+                    and copy.numel() == count
+                    and copy.layout is _strided
+                    and not copy.is_meta
+                ):
+                    return Snapshot(count, [(range(count), copy, _event_after(_torch, copy))])
         parts = _stack_by_kind(tensors) if count > 1 else None
         if parts is None:
             parts = _stack_groups(tensors, names or [f"#{i}" for i in range(count)])
