@@ -7,7 +7,6 @@ import os
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence, Sized
-from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from trainmon.core.aggregate import WindowAggregator
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import release_default_group_references
 from trainmon.core.entries import Item
-from trainmon.core.event_check import EventChecker, checked_record_step, tensor_names
+from trainmon.core.event_check import EventChecker, checked_record_step
 from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
@@ -193,18 +192,18 @@ class Monitor:
                 if name not in names:
                     break
                 kind = type(value)
-                if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):
+                if kind is float:
                     continue
-                if kind not in _TENSOR_KINDS:
+                if kind not in _TENSOR_KINDS:  # tested before int: a tensor skips that test
+                    if kind is int and INT64_MIN <= value <= INT64_MAX:
+                        continue
                     if not is_tensor(value):
                         break
                     _TENSOR_KINDS.add(kind)
                 tensors.append(value)  # stays in its (immutable) tuple as a placeholder
             else:
-                if items:
-                    needs_resolving = (
-                        capture(tensors, partial(tensor_names, items)) if tensors else False
-                    )
+                if items:  # a refused tensor raises: the full check below redoes it, naming it
+                    needs_resolving = capture(tensors) if tensors else False
                     self._pipeline.put(
                         (time.time(), self._step, items, needs_resolving), len(items)
                     )

@@ -356,3 +356,75 @@ def test_the_background_thread_waits_for_the_copy_event(
     assert len(waits) >= 20 and caller not in waits
     journal = _journal(tmp_path)
     assert journal["a"][-1] == (9, 9.0) and journal["b"][-1] == (9, 9)
+
+
+# ---- the capture itself: exact values, no graph, the caller's grad mode ----------------------
+
+
+def test_integers_stacked_with_floats_keep_their_exact_values(tmp_path: Path) -> None:
+    """An int64 beyond float64's 2**53 and an int32 beyond float32's 2**24, logged in one call
+    with float32 tensors through the fast path (names known), arrive exactly and as ints: no
+    stack promotes them to a float."""
+    big, odd = 2**60 + 1, 2**24 + 1
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        monitor.write_events([("f", 0.0, 0), ("i64", 0, 0), ("i32", 0, 0), ("g", 0.0, 0)])
+        monitor.step = 1
+        monitor.write_events(
+            [
+                ("f", torch.tensor(1.5)),
+                ("i64", torch.tensor(big)),
+                ("i32", torch.tensor(odd, dtype=torch.int32)),
+                ("g", torch.tensor(0.25)),
+            ]
+        )
+    journal = {name: points[-1] for name, points in _journal(tmp_path).items()}
+    assert journal == {"f": (1, 1.5), "i64": (1, big), "i32": (1, odd), "g": (1, 0.25)}
+    assert type(journal["i64"][1]) is int and type(journal["i32"][1]) is int
+
+
+@pytest.mark.parametrize("count", [1, 16])
+def test_a_captured_loss_does_not_keep_the_callers_graph_alive(count: int) -> None:
+    """The copy of a tensor that requires grad holds no autograd graph: once the caller drops
+    its loss, the graph's leaf is freed while the snapshot still holds the value; the caller's
+    grad mode is as it was."""
+    import gc
+    import weakref
+
+    from trainmon.core.values import capture
+
+    weight = torch.tensor(2.0, requires_grad=True)
+    leaf = weakref.ref(weight)
+    loss = weight * 3.0
+    tensors = [loss] + [torch.tensor(float(i)) for i in range(1, count)]
+    snapshot = capture(tensors)
+    assert torch.is_grad_enabled()
+    del weight, loss, tensors
+    gc.collect()
+    assert leaf() is None
+    assert snapshot.numbers() == [6.0] + [float(i) for i in range(1, count)]
+
+
+def test_capture_restores_the_grad_mode_it_found_even_when_it_refuses() -> None:
+    """Under no_grad capture leaves grad off; with grad on, a refused tensor raises and grad is
+    on again afterwards."""
+    from trainmon.core.values import capture
+
+    with torch.no_grad():
+        capture([torch.tensor(1.0), torch.tensor(2.0)])
+        assert not torch.is_grad_enabled()
+    with pytest.raises(ValueError, match=r"metric 'b': meta tensor"):
+        capture([torch.tensor(1.0), torch.empty((), device="meta")], ["a", "b"])
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("count", [1, 16])
+def test_a_snapshot_keeps_the_values_of_the_call(count: int) -> None:
+    """Tensors of one dtype (one stack, or one clone for a single tensor) changed in place
+    after the capture read back as they were at the call."""
+    from trainmon.core.values import capture
+
+    tensors = [torch.tensor(float(i) + 0.5) for i in range(count)]
+    snapshot = capture(tensors)
+    for tensor in tensors:
+        tensor.zero_()
+    assert snapshot.numbers() == [float(i) + 0.5 for i in range(count)]

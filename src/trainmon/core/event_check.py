@@ -114,8 +114,3 @@ def checked_record_step(step: Any, where: str) -> int:
     these records are rare)."""
     checked = check_step(step, where)
     return checked if isinstance(checked, int) else int(checked)
-
-
-def tensor_names(items: Sequence[Item]) -> list[str]:
-    """The names of the tensor values of fast-path items, in order (for error messages)."""
-    return [item[0] for item in items if is_tensor(item[1])]

@@ -285,76 +285,98 @@ class Snapshot:
         return out
 
 
-def capture(tensors: Sequence[Any], names: Sequence[str] | Callable[[], Sequence[str]]) -> Snapshot:
+# torch as capture uses it, bound at its first call: importing trainmon must not import torch,
+# and a call with tensors means torch is imported. Module globals, not attribute lookups:
+# capture runs on every call with tensors.
+_torch: Any = None
+_grad_enabled: Callable[[], bool]
+_set_grad_enabled: Callable[[bool], Any]
+_strided: Any = None
+_real: frozenset[Any] = frozenset()
+
+
+def _bind_torch() -> None:
+    global _torch, _grad_enabled, _set_grad_enabled, _strided, _real
+    torch = sys.modules["torch"]
+    _grad_enabled = torch.is_grad_enabled
+    _set_grad_enabled = getattr(torch._C, "_set_grad_enabled", torch.set_grad_enabled)
+    _strided = torch.strided
+    _real = _real_dtypes()
+    _torch = torch
+
+
+def capture(tensors: Sequence[Any], names: Sequence[str] | None = None) -> Snapshot:
     """Copy single-element tensors now, without reading them on this thread.
 
     One ``torch.stack`` per dtype (usually one for the whole call) on the tensors' own device:
     on an accelerator that is one kernel queued on the current stream, ordered after whatever
     produced the values and before any later in-place change, plus an event the background
-    thread waits on. Nothing here synchronises with the device. ``names[i]`` (or ``names()[i]``,
-    only called when a tensor is refused) names the metric of ``tensors[i]`` in errors; a
-    tensor refused here raises, as :func:`check_tensor` does.
+    thread waits on. Nothing here synchronises with the device. A tensor refused here raises,
+    as :func:`check_tensor` does, naming the metric ``names[i]`` of ``tensors[i]`` (without
+    names, by its position: for a caller that redoes a refused call through a naming check).
     """
-    torch = sys.modules["torch"]
-    set_grad = getattr(torch._C, "_set_grad_enabled", torch.set_grad_enabled)
-    grad = torch.is_grad_enabled()
+    if _torch is None:
+        _bind_torch()
+    grad = _grad_enabled()
     if grad:
-        set_grad(False)  # the copy must not join (and keep alive) the caller's autograd graph
+        _set_grad_enabled(False)  # the copy must not join (and keep alive) the caller's graph
     try:
-        parts = _stack_all(torch, tensors)
+        count = len(tensors)
+        dtype = tensors[0].dtype
+        for tensor in tensors:  # one dtype: no type promotion can change a value
+            if tensor.dtype is not dtype:
+                break
+        else:  # the common case (inline: every call with tensors runs it), as _checked_copy
+            if dtype in _real:
+                try:
+                    copy = _torch.stack(tensors) if count > 1 else tensors[0].clone()
+                except Exception:
+                    copy = None
+                if (
+                    copy is not None
+                    and copy.numel() == count
+                    and copy.layout is _strided
+                    and not copy.is_meta
+                ):
+                    return Snapshot(count, [(range(count), copy, _event_after(_torch, copy))])
+        parts = _stack_by_kind(tensors) if count > 1 else None
         if parts is None:
-            parts = _stack_groups(torch, tensors, names() if callable(names) else names)
+            parts = _stack_groups(tensors, names or [f"#{i}" for i in range(count)])
     finally:
         if grad:
-            set_grad(True)
-    return Snapshot(len(tensors), [(pos, copy, _event_after(torch, copy)) for pos, copy in parts])
+            _set_grad_enabled(True)
+    return Snapshot(count, [(pos, copy, _event_after(_torch, copy)) for pos, copy in parts])
 
 
-def _stack_all(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
-    """The common case: one dtype (so no type promotion) and one shape for every tensor."""
-    dtype = tensors[0].dtype
-    for tensor in tensors:
-        if tensor.dtype is not dtype:
-            return _stack_by_kind(torch, tensors)
-    copy = _checked_copy(torch, tensors)
-    if copy is None:  # shapes or devices differ, or a tensor is refused
-        return _stack_by_kind(torch, tensors) if len(tensors) > 1 else None
-    return [(range(len(tensors)), copy)]
-
-
-def _stack_by_kind(torch: Any, tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
+def _stack_by_kind(tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
     """Mixed dtypes or shapes: one copy per (dtype, number of dimensions), each checked as a
     whole (single-element tensors with as many dimensions have the same shape)."""
     groups: dict[tuple[Any, int], list[int]] = {}
     for index, tensor in enumerate(tensors):
         groups.setdefault((tensor.dtype, tensor.dim()), []).append(index)
     parts: list[tuple[Sequence[int], Any]] = []
-    for positions in groups.values():
-        copy = _checked_copy(torch, [tensors[i] for i in positions])
+    for (dtype, _), positions in groups.items():
+        copy = _checked_copy([tensors[i] for i in positions]) if dtype in _real else None
         if copy is None:
             return None
         parts.append((positions, copy))
     return parts
 
 
-def _checked_copy(torch: Any, tensors: Sequence[Any]) -> Any:
-    """One copy of same-dtype tensors, or None when any of them needs the one-by-one check
-    (devices or shapes differ, or a tensor is not one real number in dense, readable memory):
-    the copy's metadata proves it for all of them at once."""
-    if tensors[0].dtype not in _real_dtypes():
-        return None
+def _checked_copy(tensors: Sequence[Any]) -> Any:
+    """One copy of same-dtype tensors of a real dtype, or None when any of them needs the
+    one-by-one check (devices or shapes differ, or a tensor is not one number in dense,
+    readable memory): the copy's metadata proves it for all of them at once."""
     try:
-        copy = torch.stack(tensors) if len(tensors) > 1 else tensors[0].clone()
+        copy = _torch.stack(tensors) if len(tensors) > 1 else tensors[0].clone()
     except Exception:
         return None
-    if copy.numel() != len(tensors) or copy.layout is not torch.strided or copy.is_meta:
+    if copy.numel() != len(tensors) or copy.layout is not _strided or copy.is_meta:
         return None
     return copy
 
 
-def _stack_groups(
-    torch: Any, tensors: Sequence[Any], names: Sequence[str]
-) -> list[tuple[Sequence[int], Any]]:
+def _stack_groups(tensors: Sequence[Any], names: Sequence[str]) -> list[tuple[Sequence[int], Any]]:
     """Check each tensor (raising with its metric's name), then one copy per group."""
     groups: dict[tuple[Any, Any, Any], list[int]] = {}
     for index, (name, tensor) in enumerate(zip(names, tensors, strict=True)):
@@ -363,7 +385,7 @@ def _stack_groups(
     parts: list[tuple[Sequence[int], Any]] = []
     for positions in groups.values():
         members = [tensors[i] for i in positions]
-        parts.append((positions, torch.stack(members) if len(members) > 1 else members[0].clone()))
+        parts.append((positions, _torch.stack(members) if len(members) > 1 else members[0].clone()))
     return parts
 
 
