@@ -100,6 +100,11 @@ class RssProbe(Deferred):
         """The resident set size, in MiB."""
         return _SAMPLER.rss_mb()
 
+    @classmethod
+    def resolve_all(cls, values: Sequence[Deferred]) -> list[float | int | None]:
+        """One sample for a batch of steps (each would read the same cached number)."""
+        return [_SAMPLER.rss_mb()] * len(values)
+
 
 class PeakRssProbe(Deferred):
     """``mem/peak_rss_mb`` read when resolved, on the background thread; never below the RSS."""
@@ -109,6 +114,11 @@ class PeakRssProbe(Deferred):
     def resolve(self) -> float:
         """The peak resident set size so far, in MiB."""
         return _SAMPLER.peak_mb()
+
+    @classmethod
+    def resolve_all(cls, values: Sequence[Deferred]) -> list[float | int | None]:
+        """One sample for a batch of steps (each would read the same cached number)."""
+        return [_SAMPLER.peak_mb()] * len(values)
 
 
 RSS_PROBE = RssProbe()

@@ -421,7 +421,7 @@ class Pipeline:
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
         resolved, captured = self._resolve(batch)
-        return self._group(batch, resolved, captured)
+        return self._group(batch, resolved, captured, iter(self._resolve_deferred(batch)))
 
     # ---- the stages ------------------------------------------------------------------------
 
@@ -442,8 +442,47 @@ class Pipeline:
         )
         return resolved, captured
 
+    def _resolve_deferred(self, batch: list[Entry]) -> list[Number | None]:
+        """Stage 1 too: every :class:`Deferred` value of the batch, in queue order, each class's
+        at once (:meth:`Deferred.resolve_all`); one that cannot be resolved is counted and
+        skipped (None)."""
+        found = [
+            item
+            for entry in batch
+            if entry[3]
+            for item in entry[2]
+            if isinstance(item[1], Deferred)
+        ]
+        if not found:
+            return []
+        out: list[Number | None] = [None] * len(found)
+        by_class: dict[type[Deferred], list[int]] = {}
+        for index, item in enumerate(found):
+            by_class.setdefault(type(item[1]), []).append(index)
+        for kind, positions in by_class.items():
+            try:
+                values = kind.resolve_all([found[i][1] for i in positions])
+                if len(values) != len(positions):
+                    raise ValueError(f"{kind.__name__}.resolve_all gave {len(values)} values")
+            except Exception:
+                values = [self._resolve_one(found[i][0], found[i][1]) for i in positions]
+            for i, value in zip(positions, values, strict=True):
+                out[i] = value
+        return out
+
+    def _resolve_one(self, name: str, value: Deferred) -> Number | None:
+        try:
+            return value.resolve()
+        except Exception:
+            self._count_internal_error(f"could not resolve the value of {name!r}; skipped")
+            return None
+
     def _group(
-        self, batch: list[Entry], resolved: Iterator[Number], captured: Iterator[Number]
+        self,
+        batch: list[Entry],
+        resolved: Iterator[Number],
+        captured: Iterator[Number],
+        deferred: Iterator[Number | None],
     ) -> list[StepScalars]:
         """Stage 2: values by step into records, in queue order (a value that cannot be
         resolved is counted and skipped)."""
@@ -483,7 +522,7 @@ class Pipeline:
                         if value is CAPTURED:
                             value = next(captured)
                         elif isinstance(value, Deferred):
-                            value = self._resolve_deferred(name, value)
+                            value = next(deferred)
                             if value is None:
                                 continue
                         elif is_tensor(value):  # captured at the call, or a producer's
@@ -494,13 +533,6 @@ class Pipeline:
                             value = plain_number(value)
                 values[name] = value
         return [record for record in records if record.values]
-
-    def _resolve_deferred(self, name: str, value: Deferred) -> Number | None:
-        try:
-            return value.resolve()
-        except Exception:
-            self._count_internal_error(f"could not resolve the value of {name!r}; skipped")
-            return None
 
     def _aggregate(self, records: list[StepScalars]) -> None:
         """Stage 3: records into windows. Fan-out is interleaved so that a completed window

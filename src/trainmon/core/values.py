@@ -39,6 +39,13 @@ class Deferred(abc.ABC):
     def resolve(self) -> Number | None:
         """The number (None: nothing to record). Runs on the background thread."""
 
+    @classmethod
+    def resolve_all(cls, values: Sequence[Deferred]) -> list[Number | None]:
+        """:meth:`resolve` of each of ``values`` (all of this class), in order: the background
+        thread resolves a batch of steps at once, and a class whose values combine in one
+        device operation (a norm per step) overrides this to do so."""
+        return [value.resolve() for value in values]
+
 
 _EXPECTED = "a bool, int, float, numpy scalar or single-element torch tensor"
 

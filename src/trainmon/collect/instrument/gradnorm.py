@@ -29,6 +29,21 @@ class NormOfNorms(Deferred):
         with torch.no_grad():
             return float(torch.linalg.vector_norm(torch.stack(list(self.norms))).item())
 
+    @classmethod
+    def resolve_all(cls, values: Sequence[Deferred]) -> list[float | int | None]:
+        """Many steps' norms in one device operation and one read: a stack of every per-tensor
+        norm, one norm per row (the steps of a batch have the same gradients to add up)."""
+        norms = [value.norms for value in values if isinstance(value, NormOfNorms)]
+        width = len(norms[0]) if norms else 0
+        if len(norms) < 2 or width == 0 or any(len(row) != width for row in norms):
+            return super().resolve_all(values)
+        import torch
+
+        with torch.no_grad():
+            stacked = torch.stack([norm for row in norms for norm in row])
+            rows = stacked.reshape(len(norms), width)
+            return list(torch.linalg.vector_norm(rows, dim=1).tolist())
+
 
 def grad_norm(grads: list[Any], same_device_and_dtype: bool) -> Any:
     """The global 2-norm of ``grads`` before clipping: a :class:`NormOfNorms` for gradients of
