@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.core.events import Number, StepScalars
+from trainmon.core.events import StepScalars
 from trainmon.core.writer import Writer
 from trainmon.writers.files import (
     NO_SPACE,
@@ -41,11 +41,6 @@ def _csv_field(text: str) -> str:
     if any(c in text for c in ',"\r\n'):
         return '"' + text.replace('"', '""') + '"'
     return text
-
-
-def exact_number(value: Number) -> str:
-    """Exact text for a number: ``repr`` keeps every float digit; NaN/Inf as Python spells them."""
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 def read_name_map(directory: Path | str) -> dict[str, str]:
@@ -159,7 +154,8 @@ class CsvWriter(Writer):
         for record in records:
             step = str(record.step)
             for name, value in record.values.items():
-                lines.setdefault(name, []).append(f"{step},{exact_number(value)}\n")
+                # repr: every digit of a float, NaN/Inf as Python spells them; an int as str
+                lines.setdefault(name, []).append(f"{step},{value!r}\n")
         error: Exception | None = None
         for name, rows in lines.items():
             data = "".join(rows).encode()
