@@ -28,7 +28,20 @@ Per step:
 The monitor writes a JSONL journal (console off); its background thread runs meanwhile, as in
 training. The headline is wall time per step (``perf_counter_ns``: what a user waits, GIL waits
 included); the training thread's CPU time (``thread_time_ns``, which other processes of a
-shared machine do not move) is beside it.
+shared machine do not move) is beside it, and so is the background's CPU per driven step
+(process CPU minus the training thread's over the whole measurement, ``close()`` included, so
+no drain is left out whichever block it fell in). The CPU median leaves out the rounds in which
+a full garbage collection ran (one every few thousand steps here, about 0.1 s, mostly on the
+training thread, made by the queued values that outlive young collections); the CPU mean over
+rounds keeps them.
+
+By default a step has no GIL-free work: the hooks run back to back, so the background's work
+for earlier steps takes the GIL from them and the wall figure is about the hooks' CPU plus the
+background's. A real step spends most of its time in torch kernels that release the GIL, where
+the background overlaps it; ``--gil-free-us N`` gives both loops that: before each step,
+``hashlib.sha256`` of a block sized to take about N µs (C code that releases the GIL and keeps
+the training thread's core busy, as a CPU kernel does). The driver's figures are still driven
+− bare, so the N µs cancel out.
 
 Each round times one block of ``--steps`` steps of the bare loop and one of the driven loop
 (``harness.per_call_us`` on the thread-CPU clock, step numbers running on across rounds, the
@@ -42,6 +55,7 @@ Run: ``.venv/bin/python benchmarks/bench_integrations.py [--steps 2000] [--round
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import statistics
 import tempfile
@@ -164,12 +178,47 @@ def grad_norm_alone(base: Path) -> tuple[Callable[[int], None], Callable[[int], 
     return bare, driven, lambda: None
 
 
-def measure(build: Any, base: Path, steps: int, rounds: int) -> dict[str, Any]:
+def gil_free_work(us: float) -> Callable[[], None]:
+    """A call that takes about ``us`` µs in C with the GIL released (sha256 of a block sized by
+    a quick calibration): the part of a step that torch kernels run without the GIL."""
+    probe = bytes(1 << 20)
+    start = time.perf_counter()
+    for _ in range(5):
+        hashlib.sha256(probe).digest()
+    bytes_per_us = 5 * len(probe) / ((time.perf_counter() - start) * 1e6)
+    # hashlib releases the GIL for inputs above 2 KiB
+    block = bytes(max(4096, int(us * bytes_per_us)))
+
+    def work() -> None:
+        hashlib.sha256(block).digest()
+
+    return work
+
+
+def with_work(loop: Callable[[int], None], work: Callable[[], None]) -> Callable[[int], None]:
+    """``loop`` after ``work`` (the step's GIL-free part)."""
+
+    def step(index: int) -> None:
+        work()
+        loop(index)
+
+    return step
+
+
+def measure(
+    build: Any, base: Path, steps: int, rounds: int, gil_free_us: float = 0.0
+) -> dict[str, Any]:
     """Paired rounds of the bare and the driven loop: wall and thread-CPU µs per step of each,
     and the driver's cost on each clock (median of the per-round differences, bootstrap 95 %
-    interval). Wall time includes waiting for the GIL while the monitor's threads run."""
+    interval). Wall time includes waiting for the GIL while the monitor's threads run; the
+    background's CPU per driven step is the process's CPU beyond the training thread's, from
+    before the build to after ``close()``, over every driven step (warm-up included)."""
     loops: dict[str, Callable[[int], None]]
+    process0, thread0 = time.process_time_ns(), time.thread_time_ns()
     bare, driven, close = build(base)
+    if gil_free_us > 0:
+        work = gil_free_work(gil_free_us)
+        bare, driven = with_work(bare, work), with_work(driven, work)
     loops = {"bare": bare, "driven": driven}
     wall: dict[str, list[float]] = {"bare": [], "driven": []}
     cpu: dict[str, list[float]] = {"bare": [], "driven": []}
@@ -190,12 +239,18 @@ def measure(build: Any, base: Path, steps: int, rounds: int) -> dict[str, Any]:
         ("bare", "driven"), rounds, block, order="alternate", warmup_rounds=WARMUP_ROUNDS
     )
     close()
-    got: dict[str, Any] = {"bare_us": statistics.median(wall["bare"])}
+    background_ns = (time.process_time_ns() - process0) - (time.thread_time_ns() - thread0)
+    got: dict[str, Any] = {
+        "bare_us": statistics.median(wall["bare"]),
+        "background_us": background_ns / ((rounds + WARMUP_ROUNDS) * steps) / 1e3,
+    }
     for clock, us in (("wall", wall), ("cpu", cpu)):
         cost, interval = harness.paired_difference(
             us["driven"], us["bare"], random.Random(0), BOOTSTRAP_RESAMPLES
         )
         got[f"{clock}_us"], got[f"{clock}_ci_us"] = cost, interval
+    # the mean keeps the rounds a full garbage collection fell in (the median drops them)
+    got["cpu_mean_us"] = statistics.fmean(cpu["driven"]) - statistics.fmean(cpu["bare"])
     return got
 
 
@@ -203,6 +258,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--gil-free-us",
+        type=float,
+        default=0.0,
+        help="GIL-free C work per step in both loops, µs (default 0: the hooks back to back)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 200 steps, 3 rounds")
     options = parser.parse_args(argv)
     if options.quick:
@@ -218,12 +279,13 @@ def main(argv: list[str] | None = None) -> None:
     print(harness.machine_line(info))
     print(
         f"training-thread time per step, {options.rounds} rounds x {options.steps} steps, "
-        f"median of paired rounds: wall (perf_counter) and CPU (thread_time)"
+        f"median of paired rounds: wall (perf_counter) and CPU (thread_time); "
+        f"GIL-free work per step: {options.gil_free_us:g} µs"
     )
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in drivers.items():
-            got = measure(build, Path(tmp), options.steps, options.rounds)
+            got = measure(build, Path(tmp), options.steps, options.rounds, options.gil_free_us)
             (wall_low, wall_high), (cpu_low, cpu_high) = got["wall_ci_us"], got["cpu_ci_us"]
             lines.append(
                 (
@@ -232,6 +294,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"[{wall_low:.1f}, {wall_high:.1f}]",
                     f"{got['cpu_us']:.1f}",
                     f"[{cpu_low:.1f}, {cpu_high:.1f}]",
+                    f"{got['cpu_mean_us']:.1f}",
+                    f"{got['background_us']:.1f}",
                     f"{got['bare_us']:.1f}",
                 )
             )
@@ -242,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
             "95% CI",
             "CPU µs/step (driver)",
             "95% CI",
+            "CPU mean",
+            "background CPU µs/step",
             "wall µs/step (bare)",
         ),
         lines,

@@ -112,6 +112,27 @@ def test_total_grad_norm_equals_the_norm_of_all_gradients() -> None:
     assert meters.total_grad_norm([], True).item() == 0.0
 
 
+def test_norm_of_norms_resolves_the_same_with_or_without_a_graph() -> None:
+    """``grad_norm``'s deferred norm, resolved in the background, equals the norm of all the
+    gradients both for plain gradients (no ``no_grad`` entered) and for gradients of a
+    ``create_graph`` backward (norms that carry a graph), and leaves grad mode as it was."""
+    from trainmon.collect.instrument import NormOfNorms, grad_norm
+
+    torch.manual_seed(0)
+    grads = [torch.randn(3, 4), torch.randn(5)]
+    expected = torch.cat([g.flatten() for g in grads]).norm().item()
+    plain = grad_norm(grads, True)
+    assert isinstance(plain, NormOfNorms)
+    assert plain.resolve() == pytest.approx(expected, rel=1e-6)
+    weight = torch.randn(4, requires_grad=True)
+    (grad,) = torch.autograd.grad((weight**3).sum(), weight, create_graph=True)
+    assert grad.requires_grad
+    with_graph = grad_norm([grad], True)
+    assert with_graph.norms[0].requires_grad
+    assert with_graph.resolve() == pytest.approx(grad.detach().norm().item(), rel=1e-6)
+    assert torch.is_grad_enabled()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_memory_counters() -> None:  # pragma: no cover - no GPU in CI
     """CUDA memory counters are non-negative MiB and the retry count an integer."""

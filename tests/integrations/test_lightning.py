@@ -4,6 +4,8 @@ and ``read_journal`` and compared with Lightning's own CSVLogger and ``callback_
 from __future__ import annotations
 
 import csv
+import dataclasses
+import importlib
 import json
 import math
 import statistics
@@ -177,3 +179,118 @@ def test_finalize_passes_lightnings_status_to_the_writers(
     finally:
         unregister_writer("test-lightning-memory")
     assert [(w.status, w.values("train/loss")) for w in built] == [(status, [(1, 0.5)])]
+
+
+@dataclasses.dataclass
+class _Pair:
+    x: Any
+    y: Any
+
+
+def _batches() -> list[Any]:
+    """Batch shapes for the batch-size fast path: the ones it takes and the ones it leaves to
+    Lightning (nested, non-tensor, ambiguous, empty, subclasses)."""
+    import collections
+
+    import torch
+
+    a, b, one = torch.zeros(8, 4), torch.zeros(8), torch.zeros(1, 3)
+    other, scalar = torch.zeros(5, 2), torch.tensor(3.0)
+    named = collections.namedtuple("named", "x y")
+    return [
+        a,
+        b,
+        scalar,
+        torch.zeros(0, 4),
+        torch.nn.Parameter(torch.zeros(6, 2)),
+        (a, b),
+        [a, b, a],
+        {"x": a, "y": b},
+        (a,),
+        (one, scalar),  # a 0-d tensor counts 1: agrees with a first dimension of 1
+        (scalar, scalar),
+        (a, other),  # ambiguous: Lightning warns and keeps the first
+        [other, a, a],
+        {"x": a, "y": other},
+        (scalar, a),
+        (a, scalar),
+        (a, (b, a)),
+        (a, [other]),
+        {"x": {"y": a}, "z": b},
+        (a, "text"),
+        (a, None),
+        ("text", a),
+        (a, 3),
+        [1, 2, 3],
+        (),
+        [],
+        {},
+        "text",
+        None,
+        3,
+        named(a, b),
+        collections.OrderedDict(x=a, y=other),
+        _Pair(a, b),
+        _Pair(a, other),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_batches())))
+def test_batch_size_fast_path_equals_lightnings_extract_batch_size(index: int) -> None:
+    """``batch_size_of`` returns what Lightning's ``extract_batch_size`` returns, raises what it
+    raises and warns what it warns, for every batch shape (its warning cache cleared before
+    each call, since Lightning warns each message once)."""
+    import warnings
+
+    from trainmon.integrations import lightning as driver
+
+    data = importlib.import_module(driver.PACKAGE + ".utilities.data")
+    outcomes = []
+    for function in (data.extract_batch_size, driver.batch_size_of):
+        batch = _batches()[index]
+        data.warning_cache.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                size = function(batch)
+                got: Any = ("value", size, type(size))
+            except Exception as error:  # the same error is the point
+                got = ("error", type(error), str(error))
+        outcomes.append((got, [(w.category, str(w.message)) for w in caught]))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_log_metrics_queues_what_monitor_log_queues() -> None:
+    """The logger's direct path writes what ``Monitor.log(values, step)`` writes: strings left
+    out, tensors captured, a step that is not a plain int (numpy's) checked and converted, and
+    no step (no trainer bound) at the monitor's step; bad steps raise Monitor.log's errors."""
+    import numpy as np
+    import torch
+
+    from trainmon.integrations.lightning import TrainmonLogger
+    from trainmon.testing import MemoryWriter
+    from trainmon.writers import register_writer, unregister_writer
+
+    built: list[MemoryWriter] = []
+    register_writer("test-lightning-log", lambda: built.append(MemoryWriter()) or built[-1])
+    try:
+        config = {"console": {"enabled": False}, "writers": [{"class": "test-lightning-log"}]}
+        logger = TrainmonLogger(config)
+        value = torch.tensor(2.0)
+        logger.log_metrics({"a": 0.5, "name": "text", "b": value}, step=3)
+        value.fill_(9.0)  # captured at the call
+        logger.log_metrics({"a": 1.5}, step=np.int64(4))
+        logger.experiment.step = 7
+        logger.log_metrics({"a": 2.5, "c": b"bytes"}, step=None)
+        logger.log_metrics({"only": "text"}, step=8)
+        with pytest.raises(TypeError, match="not an integer"):
+            logger.log_metrics({"a": 1.0}, step=2.5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"log\(step=\.\.\.\): step .* outside the 64-bit"):
+            logger.log_metrics({"a": 1.0}, step=2**63)
+        logger.finalize("success")
+    finally:
+        unregister_writer("test-lightning-log")
+    (writer,) = built
+    assert writer.values("a") == [(3, 0.5), (4, 1.5), (7, 2.5)]
+    assert writer.values("b") == [(3, 2.0)]
+    assert writer.values("name") == writer.values("c") == writer.values("only") == []

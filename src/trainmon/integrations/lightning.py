@@ -20,8 +20,11 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+from torch import Tensor
+
 from trainmon.collect.instrument import StepInstrument, grad_norm
 from trainmon.config import ConfigSource
+from trainmon.core.values import INT64_MAX, INT64_MIN
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
 from trainmon.integrations.common import LazyMonitor, device_of, record_hparams
@@ -47,6 +50,29 @@ _pl = importlib.import_module(PACKAGE)
 _Logger: Any = importlib.import_module(PACKAGE + ".loggers").Logger
 _Callback: Any = _pl.Callback
 _extract_batch_size: Any = importlib.import_module(PACKAGE + ".utilities.data").extract_batch_size
+
+
+def batch_size_of(batch: Any) -> int:
+    """Lightning's ``extract_batch_size``, without its generic walk for the usual batches: a
+    tensor, or a plain tuple, list or dict of tensors that agree on their first dimension (a 0-d
+    tensor counts 1). Anything else, and any disagreement, goes to Lightning's function, so the
+    result and the "ambiguous collection" warning are Lightning's own."""
+    if isinstance(batch, Tensor):
+        return batch.size(0) if batch.ndim else 1
+    kind = type(batch)
+    if kind is tuple or kind is list or kind is dict:
+        size = -1
+        for item in batch.values() if kind is dict else batch:
+            if not isinstance(item, Tensor):
+                return int(_extract_batch_size(batch))
+            found = item.size(0) if item.ndim else 1
+            if found != size:
+                if size >= 0:
+                    return int(_extract_batch_size(batch))
+                size = found
+        if size >= 0:
+            return size
+    return int(_extract_batch_size(batch))
 
 
 class TrainmonLogger(_Logger):  # type: ignore[misc]
@@ -75,6 +101,7 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
         self._version = version
         self._trainer: Any = None
         self._every_rank = False
+        self._monitor: Monitor | None = None  # the experiment, once built: no lookup per step
         #: what ``log_hyperparams`` was given (Lightning passes the module's ``hparams``)
         self.hyperparams: dict[str, Any] = {}
 
@@ -110,9 +137,19 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
         trainer = self._trainer
         if trainer is not None:
             step = trainer.global_step
-        values = {k: v for k, v in metrics.items() if not isinstance(v, (str, bytes))}
-        if values:
-            self.experiment.log(values, step=step)
+        if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
+            # None, or a step Monitor.log must check (its error) and convert
+            values = {k: v for k, v in metrics.items() if not isinstance(v, (str, bytes))}
+            if values:
+                self.experiment.log(values, step=step)
+            return
+        # what Monitor.log(values, step) queues, without its second pass over the values
+        events = [(k, v, step) for k, v in metrics.items() if not isinstance(v, (str, bytes))]
+        if events:
+            monitor = self._monitor
+            if monitor is None:
+                monitor = self._monitor = self.experiment
+            monitor.write_events(tuple(events))
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
         """Keep the hyper-parameters in :attr:`hyperparams` and record them with
@@ -215,7 +252,7 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         if inst is not None:
             inst.data_end()
             inst.forward_begin()
-            self._samples += _extract_batch_size(batch)
+            self._samples += batch_size_of(batch)
 
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
         inst = self._instrument
@@ -282,4 +319,4 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
             self._instrument.restart()
 
 
-__all__ = ["PACKAGE", "TrainmonCallback", "TrainmonLogger"]
+__all__ = ["PACKAGE", "TrainmonCallback", "TrainmonLogger", "batch_size_of"]
