@@ -40,7 +40,8 @@ class NormOfNorms(Deferred):
         norm, one norm per row (the steps of a batch have the same gradients to add up)."""
         norms = [value.norms for value in values if isinstance(value, NormOfNorms)]
         width = len(norms[0]) if norms else 0
-        if len(norms) < 2 or width == 0 or any(len(row) != width for row in norms):
+        uniform = len(norms) == len(values) and all(len(row) == width for row in norms)
+        if not uniform or len(norms) < 2 or width == 0:
             return super().resolve_all(values)
         import torch
 
