@@ -86,3 +86,39 @@ def test_deepspeed_benchmark_quick_run_reports_wall_overheads(tmp_path: Path) ->
     assert [(r["contender"], r["baseline"]) for r in rows] == [("attach-nothing", "bare")]
     low, high = rows[0]["wall"][1]
     assert low <= rows[0]["wall"][0] <= high
+
+
+@pytest.mark.slow
+def test_attach_benchmark_quick_run_times_attach_on_one_engine(tmp_path: Path) -> None:
+    """``bench_attach.py --quick``: attach and detach block by block on one engine, and the
+    comparison against bare (with its interval) reaches the JSON and the table; a contender
+    that needs another DeepSpeed config is refused by name."""
+    pytest.importorskip("deepspeed")
+    import json
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(SRC), DS_ACCELERATOR="cpu")
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    out = tmp_path / "attach.json"
+    script = str(BENCHMARKS / "bench_attach.py")
+    result = subprocess.run(
+        [sys.executable, script, "--quick", "--only", "attach-nothing", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "| attach-nothing / bare" in result.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["contender"], r["baseline"]) for r in rows] == [("attach-nothing", "bare")]
+    low, high = rows[0]["wall"][1]
+    assert low <= rows[0]["wall"][0] <= high
+    refused = subprocess.run(
+        [sys.executable, script, "--quick", "--only", "ds"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert refused.returncode == 2 and "['ds'] cannot run on the bare engine" in refused.stderr
