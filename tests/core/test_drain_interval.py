@@ -47,3 +47,23 @@ def test_values_reach_the_writer_within_the_interval_without_a_flush() -> None:
         while not writer.values("train/loss") and time.monotonic() < deadline:
             time.sleep(0.01)
         assert writer.values("train/loss") == [(1, 1.5)]
+
+
+def test_a_fast_loop_drains_once_enough_calls_wait_whatever_the_interval() -> None:
+    """With a 30 s interval, fewer calls than the cap wait for it; the call that reaches the cap
+    wakes the background at once (entries that wait out the interval in a fast loop fill the
+    old garbage-collection generation and cost the training thread full collections)."""
+    from trainmon.core.pipeline import WAKE_AT_ENTRIES
+
+    writer = MemoryWriter()
+    config = {"console": {"enabled": False}, "trainmon": {"drain_interval_s": 30.0}}
+    with Monitor(config, writers=[writer]) as monitor:
+        for step in range(1, WAKE_AT_ENTRIES):
+            monitor.write_events([("train/loss", float(step), step)])
+        time.sleep(0.5)
+        assert writer.values("train/loss") == []
+        monitor.write_events([("train/loss", float(WAKE_AT_ENTRIES), WAKE_AT_ENTRIES)])
+        deadline = time.monotonic() + 5.0
+        while len(writer.values("train/loss")) < WAKE_AT_ENTRIES and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(writer.values("train/loss")) == WAKE_AT_ENTRIES
