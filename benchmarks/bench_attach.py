@@ -35,10 +35,7 @@ Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_attac
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
-import json
-import math
 import random
 import shutil
 import sys
@@ -59,7 +56,7 @@ from deepspeed_bench.contenders import (
     time_block,
     train_step,
 )
-from deepspeed_bench.report import Series, report
+from deepspeed_bench.report import Series, finish
 
 DEFAULT_ONLY = ("bare-twin", "attach", "attach-nothing", "attach-writers")
 
@@ -164,15 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         f"contender (+{args.warmup} untimed after each attach), load {load_start} -> "
         f"{harness.load_average()}"
     )
-    rows = report(series)
-    if args.json:
-        blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
-        for data in blocks.values():
-            del data["every_step"]
-        args.json.write_text(json.dumps({"machine": info, "rows": rows, "blocks": blocks}))
-    if warning := harness.busy_warning(info):
-        print(warning)
-    return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1
+    return finish(series, info, args.json)
 
 
 if __name__ == "__main__":

@@ -83,9 +83,7 @@ step. ``--tiny``: Linear(16, 16), where the fixed cost per step shows.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import os
 import random
 import shutil
@@ -111,7 +109,7 @@ from deepspeed_bench.contenders import (
     one_rank_engine,
     time_block,
 )
-from deepspeed_bench.report import Series, report
+from deepspeed_bench.report import Series, finish
 
 
 class Worker:
@@ -377,15 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         f"steps per contender, a fresh process per contender and cycle, "
         f"load {load_start} -> {harness.load_average()}"
     )
-    rows = report(series)
-    if args.json:
-        blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
-        for data in blocks.values():
-            del data["every_step"]
-        args.json.write_text(json.dumps({"machine": info, "rows": rows, "blocks": blocks}))
-    if warning := harness.busy_warning(info):
-        print(warning)
-    return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1
+    return finish(series, info, args.json)
 
 
 if __name__ == "__main__":

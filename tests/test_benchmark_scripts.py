@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,25 +63,28 @@ def test_deepspeed_style_copy_writes_csv_per_metric_and_tensorboard(tmp_path: Pa
     ]
 
 
-@pytest.mark.slow
-def test_deepspeed_benchmark_quick_run_reports_wall_overheads(tmp_path: Path) -> None:
-    """``bench_deepspeed.py --quick``: workers in their own processes answer every block, and
-    the comparisons (wall, with their interval) reach the JSON and the table."""
-    pytest.importorskip("deepspeed")
-    import json
-    import subprocess
-
+def _deepspeed_benchmark(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``benchmarks/<script>`` on the CPU accelerator with this checkout's trainmon."""
     env = dict(os.environ, PYTHONPATH=str(SRC), DS_ACCELERATOR="cpu")
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    out = tmp_path / "ds.json"
-    script = str(BENCHMARKS / "bench_deepspeed.py")
-    result = subprocess.run(
-        [sys.executable, script, "--quick", "--only", "attach-nothing", "--json", str(out)],
+    return subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["bench_deepspeed.py", "bench_attach.py"])
+def test_deepspeed_benchmarks_quick_run_reports_wall_overheads(script: str, tmp_path: Path) -> None:
+    """``--quick``: ``bench_deepspeed.py``'s workers in their own processes, ``bench_attach.py``
+    attaching and detaching block by block on one engine, answer every block, and the
+    comparison against bare (wall, with its interval) reaches the JSON and the table."""
+    pytest.importorskip("deepspeed")
+    out = tmp_path / "result.json"
+    result = _deepspeed_benchmark(script, "--quick", "--only", "attach-nothing", "--json", str(out))
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "| attach-nothing / bare" in result.stdout
     rows = json.loads(out.read_text())["rows"]
@@ -89,36 +94,8 @@ def test_deepspeed_benchmark_quick_run_reports_wall_overheads(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_attach_benchmark_quick_run_times_attach_on_one_engine(tmp_path: Path) -> None:
-    """``bench_attach.py --quick``: attach and detach block by block on one engine, and the
-    comparison against bare (with its interval) reaches the JSON and the table; a contender
-    that needs another DeepSpeed config is refused by name."""
+def test_attach_benchmark_refuses_a_contender_that_needs_another_engine() -> None:
+    """``bench_attach.py --only ds``: DeepSpeed's own monitor needs another engine config."""
     pytest.importorskip("deepspeed")
-    import json
-    import subprocess
-
-    env = dict(os.environ, PYTHONPATH=str(SRC), DS_ACCELERATOR="cpu")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    out = tmp_path / "attach.json"
-    script = str(BENCHMARKS / "bench_attach.py")
-    result = subprocess.run(
-        [sys.executable, script, "--quick", "--only", "attach-nothing", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    assert "| attach-nothing / bare" in result.stdout
-    rows = json.loads(out.read_text())["rows"]
-    assert [(r["contender"], r["baseline"]) for r in rows] == [("attach-nothing", "bare")]
-    low, high = rows[0]["wall"][1]
-    assert low <= rows[0]["wall"][0] <= high
-    refused = subprocess.run(
-        [sys.executable, script, "--quick", "--only", "ds"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
+    refused = _deepspeed_benchmark("bench_attach.py", "--quick", "--only", "ds")
     assert refused.returncode == 2 and "['ds'] cannot run on the bare engine" in refused.stderr

@@ -9,10 +9,14 @@ rounds that shared one set of processes, then rounds).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import harness
@@ -183,3 +187,17 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
         ],
     )
     return rows
+
+
+def finish(series: dict[str, Series], info: dict[str, Any], json_path: Path | None) -> int:
+    """Print the tables, write ``--json`` (the rows and every block's figures), warn when the
+    machine was busy; the exit status (1 when a comparison has no figure)."""
+    rows = report(series)
+    if json_path is not None:
+        blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
+        for data in blocks.values():
+            del data["every_step"]
+        json_path.write_text(json.dumps({"machine": info, "rows": rows, "blocks": blocks}))
+    if warning := harness.busy_warning(info):
+        print(warning)
+    return 0 if all(math.isfinite(r["wall"][0]) for r in rows) else 1

@@ -380,6 +380,9 @@ class CommsLogger:
         self._records = []
         fold_from, self._folded_upto = self._folded_upto, 0
         has_timings, self._has_timings = self._has_timings, False
+        if not has_timings and not self._recording:  # the breakdown alone: only the total
+            host_total: float = sum(record[3] for record in records)
+            return host_total
         batch = StepBatch(records, fold_from)
         if self._recording:
             self._unfolded.append(batch)
