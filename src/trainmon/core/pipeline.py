@@ -39,9 +39,7 @@ from trainmon.core.events import Number, StepScalars
 from trainmon.core.lanes import WriterLanes
 from trainmon.core.records import Pending
 from trainmon.core.stages import group_records, resolve_deferred_values, resolve_tensor_values
-from trainmon.core.values import (
-    Snapshot,
-)
+from trainmon.core.values import Snapshot
 from trainmon.core.writer import RunStatus, Writer, WriterGroup
 from trainmon.logging import get_logger
 
