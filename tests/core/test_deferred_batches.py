@@ -12,26 +12,9 @@ import torch
 
 import trainmon
 from trainmon.collect.instrument import grad_norm
-from trainmon.core.events import Number, StepScalars
+from trainmon.core.events import Number
 from trainmon.core.values import Deferred
-
-
-class Recorder(trainmon.Writer):
-    """Keeps the records it is given."""
-
-    kind = "jsonl"
-
-    def __init__(self) -> None:
-        self.records: list[StepScalars] = []
-
-    def write(self, records: Sequence[StepScalars]) -> None:
-        self.records.extend(records)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+from trainmon.testing import MemoryWriter
 
 
 class Tracked(Deferred):
@@ -64,7 +47,7 @@ def _reset() -> None:
 
 
 def _run(values: Sequence[Deferred]) -> list[tuple[int, float | None]]:
-    recorder = Recorder()
+    recorder = MemoryWriter()
     config = {"console": {"enabled": False}, "trainmon": {"drain_interval_s": 30.0}}
     with trainmon.Monitor(config, writers=[recorder]) as monitor:
         for step, value in enumerate(values, start=1):
