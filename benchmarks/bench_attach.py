@@ -28,7 +28,8 @@ What this cannot show: anything a process gets from starting trainmon once and k
 (nothing known); attaching per block re-creates the writers' files, which is outside the timing.
 
 Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_attach.py
-[--rounds 60] [--steps 100] [--only attach,attach-writers] [--json out.json] [--tiny]``;
+[--rounds 60] [--steps 100] [--only attach,attach-writers] [--json out.json] [--out DIR]
+[--tiny]`` (``--out``: where the writers' files go, e.g. a tmpfs to leave the disk out);
 ``--quick`` is a smoke run (numbers are noise).
 """
 
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default=",".join(DEFAULT_ONLY), help="comma-separated contenders (+ bare)"
     )
     parser.add_argument("--json", type=Path, help="write the comparisons here")
+    parser.add_argument(
+        "--out", type=Path, help="folder the writers write below (default: a temporary folder)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup = 3, 5, 2
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in known if n in wanted]
     load_start = harness.load_average()
     info = harness.machine_info(("trainmon", "torch", "deepspeed"))
-    out = Path(tempfile.mkdtemp(prefix="bench-attach-"))
+    out = Path(tempfile.mkdtemp(prefix="bench-attach-", dir=args.out))
     series = {name: Series() for name in names}
     try:
         engine = OneEngine(args, out)
