@@ -56,6 +56,7 @@ from deepspeed_bench.contenders import (
     one_rank_engine,
     time_block,
     train_step,
+    writers_folder,
 )
 from deepspeed_bench.report import Series, finish
 
@@ -94,9 +95,10 @@ class OneEngine:
         switch = sys.getswitchinterval()
         sys.setswitchinterval(contender.switch_s)
         monitor = None
+        folder = None
         if contender.attach:
-            out = self.out / f"{contender.name}-{self.blocks}"
-            monitor = trainmon.attach(self.engine, attach_config(contender, out))
+            folder = writers_folder(contender, self.out)
+            monitor = trainmon.attach(self.engine, attach_config(contender, folder))
         try:
             for batch in self.warmup:
                 train_step(self.engine, batch)
@@ -107,7 +109,8 @@ class OneEngine:
         finally:
             if monitor is not None:
                 detach(self.engine)
-                shutil.rmtree(self.out / f"{contender.name}-{self.blocks}", ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
             sys.setswitchinterval(switch)
 
 

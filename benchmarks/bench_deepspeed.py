@@ -108,6 +108,7 @@ from deepspeed_bench.contenders import (
     attach_config,
     one_rank_engine,
     time_block,
+    writers_folder,
 )
 from deepspeed_bench.report import Series, finish
 
@@ -121,9 +122,10 @@ class Worker:
         import trainmon
 
         self.engine, batches = one_rank_engine(contender, out, tiny)
+        self.folder = writers_folder(contender, out) if contender.attach else None
         self.monitor = (
-            trainmon.attach(self.engine, attach_config(contender, out))
-            if contender.attach
+            trainmon.attach(self.engine, attach_config(contender, self.folder))
+            if self.folder is not None
             else None
         )
         self.batches = [batches[i % len(batches)] for i in range(steps)]
@@ -142,6 +144,8 @@ class Worker:
         if self.monitor is None:
             return {}
         self.monitor.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
         return {"undelivered": self.monitor.undelivered}
 
 

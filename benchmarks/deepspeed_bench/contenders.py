@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ BOOTSTRAP_RESAMPLES = 2000
 DEFAULT_SWITCH_S = 0.005  # Python's default sys.getswitchinterval()
 WRITERS = ("tensorboard", "csv", "journal")
 BLOCK_BATCHES = 20  # distinct batches, used in turn
+TMPFS = Path("/dev/shm")  # where a ``tmpfs`` contender's writers write (Linux)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Contender:
     threads: bool = True  # the system sampler and the profiler listener
     switch_s: float = DEFAULT_SWITCH_S
     baseline: str = "bare"
+    tmpfs: bool = False  # the writers' files in memory (TMPFS), not on the disk
 
 
 CONTENDERS: tuple[Contender, ...] = (
@@ -68,6 +71,14 @@ CONTENDERS: tuple[Contender, ...] = (
     Contender("attach-tb", "attach: TensorBoard only", attach=True, writers=("tensorboard",)),
     Contender("attach-csv", "attach: CSV only", attach=True, writers=("csv",)),
     Contender("attach-journal", "attach: journal only", attach=True, writers=("journal",)),
+    Contender(
+        "attach@tmpfs",
+        "attach everything, its files on a tmpfs: the disk left out",
+        attach=True,
+        writers=WRITERS,
+        breakdown=True,
+        tmpfs=True,
+    ),
     Contender("bare-noclip", "DeepSpeed alone, gradient_clipping 0", clipping=0.0),
     Contender(
         "attach-noclip",
@@ -116,6 +127,17 @@ def ds_config(contender: Contender, out: Path) -> dict[str, Any]:
         config["tensorboard"] = {"enabled": True, **job}
         config["csv_monitor"] = {"enabled": True, **job}
     return config
+
+
+def writers_folder(contender: Contender, out: Path) -> Path:
+    """A fresh folder for the contender's files: below ``out``, or on the tmpfs; the caller
+    removes it."""
+    if contender.tmpfs and not TMPFS.is_dir():
+        raise SystemExit(f"{contender.name}: {TMPFS} (a tmpfs) does not exist here")
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(
+        tempfile.mkdtemp(prefix=contender.name + "-", dir=TMPFS if contender.tmpfs else out)
+    )
 
 
 def attach_config(contender: Contender, out: Path) -> dict[str, Any]:
