@@ -221,7 +221,8 @@ class Monitor:
         if step is None:
             self.write_events(tuple(metrics.items()))
         else:
-            step = check_step(step, "log(step=...)")
+            if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:  # a plain int passes
+                step = check_step(step, "log(step=...)")
             self.write_events(tuple((name, value, step) for name, value in metrics.items()))
 
     def write_side_events(self, events: Iterable[Item], writer_kinds: Iterable[str]) -> None:

@@ -24,7 +24,6 @@ from torch import Tensor
 
 from trainmon.collect.instrument import StepInstrument, grad_norm
 from trainmon.config import ConfigSource
-from trainmon.core.values import INT64_MAX, INT64_MIN
 from trainmon.errors import MissingExtraError
 from trainmon.extras import is_installed
 from trainmon.integrations.common import LazyMonitor, device_of, record_hparams
@@ -137,19 +136,12 @@ class TrainmonLogger(_Logger):  # type: ignore[misc]
         trainer = self._trainer
         if trainer is not None:
             step = trainer.global_step
-        if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
-            # None, or a step Monitor.log must check (its error) and convert
-            values = {k: v for k, v in metrics.items() if not isinstance(v, (str, bytes))}
-            if values:
-                self.experiment.log(values, step=step)
-            return
-        # what Monitor.log(values, step) queues, without its second pass over the values
-        events = [(k, v, step) for k, v in metrics.items() if not isinstance(v, (str, bytes))]
-        if events:
+        values = {k: v for k, v in metrics.items() if not isinstance(v, (str, bytes))}
+        if values:
             monitor = self._monitor
             if monitor is None:
                 monitor = self._monitor = self.experiment
-            monitor.write_events(tuple(events))
+            monitor.log(values, step=step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
         """Keep the hyper-parameters in :attr:`hyperparams` and record them with

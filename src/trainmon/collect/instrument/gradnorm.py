@@ -26,13 +26,8 @@ class NormOfNorms(Deferred):
         """The global norm as a Python float (NaN/Inf propagate)."""
         import torch
 
-        norms = self.norms
-        if norms and norms[0].requires_grad:  # gradients of a create_graph backward
-            with torch.no_grad():
-                return float(torch.linalg.vector_norm(torch.stack(list(norms))).item())
-        # no graph to avoid: skip no_grad, 2 of this call's 5 µs (a graph from a later norm
-        # that needs one would only live until this returns)
-        return float(torch.linalg.vector_norm(torch.stack(list(norms))).item())
+        with torch.no_grad():  # one step's norm; a batch of steps goes through resolve_all
+            return float(torch.linalg.vector_norm(torch.stack(list(self.norms))).item())
 
     @classmethod
     def resolve_all(cls, values: Sequence[Deferred]) -> list[float | int | None]:
