@@ -49,16 +49,15 @@ from deepspeed_bench.contenders import (
     BATCH,
     BY_NAME,
     CONTENDERS,
-    LAYERS,
-    WIDTH,
     Contender,
     attach_config,
+    model_label,
     one_rank_engine,
     time_block,
     train_step,
     writers_folder,
 )
-from deepspeed_bench.report import Series, finish
+from deepspeed_bench.report import Series, finish, print_progress
 
 DEFAULT_ONLY = ("bare-twin", "attach", "attach-nothing", "attach-writers")
 
@@ -152,23 +151,22 @@ def main(argv: list[str] | None = None) -> int:
             if recorded:
                 series[name].add(answer, 0)
 
-        def progress(done: int, total: int) -> None:
-            if done % 10 == 0 or done == total:
-                print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
-
         harness.interleaved_rounds(
-            names, args.rounds, block, rng=random.Random(2), warmup_rounds=1, progress=progress
+            names,
+            args.rounds,
+            block,
+            rng=random.Random(2),
+            warmup_rounds=1,
+            progress=print_progress,
         )
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    model = "Linear(16, 16)" if args.tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
-    print(harness.machine_line(info))
-    print(
-        f"{model}, batch {BATCH}, ONE engine, {args.rounds} rounds x {args.steps} steps per "
-        f"contender (+{args.warmup} untimed after each attach), load {load_start} -> "
-        f"{harness.load_average()}"
+    setup = (
+        f"{model_label(args.tiny)}, batch {BATCH}, ONE engine, {args.rounds} rounds x "
+        f"{args.steps} steps per contender (+{args.warmup} untimed after each attach), "
+        f"load {load_start} -> {harness.load_average()}"
     )
-    return finish(series, info, args.json)
+    return finish(series, info, setup, args.json)
 
 
 if __name__ == "__main__":

@@ -102,15 +102,14 @@ from deepspeed_bench.contenders import (
     BATCH,
     BY_NAME,
     CONTENDERS,
-    LAYERS,
-    WIDTH,
     Contender,
     attach_config,
+    model_label,
     one_rank_engine,
     time_block,
     writers_folder,
 )
-from deepspeed_bench.report import Series, finish
+from deepspeed_bench.report import Series, finish, print_progress
 
 
 class Worker:
@@ -246,12 +245,8 @@ def run_cycle(
                 if recorded:
                     series[name].add(answer, cycle)
 
-            def progress(done: int, total: int) -> None:
-                if done % 10 == 0 or done == total:
-                    print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
-
             harness.interleaved_rounds(
-                list(names), args.rounds, block, rng=order, warmup_rounds=1, progress=progress
+                list(names), args.rounds, block, rng=order, warmup_rounds=1, progress=print_progress
             )
             for name, worker in workers.items():
                 final = worker.ask("quit")
@@ -372,14 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     load_start = harness.load_average()
     info = harness.machine_info(("trainmon", "torch", "deepspeed"))
     series = run_rounds(args, names)
-    model = "Linear(16, 16)" if args.tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
-    print(harness.machine_line(info))
-    print(
-        f"{model}, batch {BATCH}, {args.cycles} cycles x {args.rounds} rounds x {args.steps} "
-        f"steps per contender, a fresh process per contender and cycle, "
+    setup = (
+        f"{model_label(args.tiny)}, batch {BATCH}, {args.cycles} cycles x {args.rounds} rounds "
+        f"x {args.steps} steps per contender, a fresh process per contender and cycle, "
         f"load {load_start} -> {harness.load_average()}"
     )
-    return finish(series, info, args.json)
+    return finish(series, info, setup, args.json)
 
 
 if __name__ == "__main__":

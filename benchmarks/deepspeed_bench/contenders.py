@@ -162,6 +162,11 @@ def attach_config(contender: Contender, out: Path) -> dict[str, Any]:
     return config
 
 
+def model_label(tiny: bool) -> str:
+    """The model as the tables name it."""
+    return f"Linear({TINY}, {TINY})" if tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
+
+
 def build_model(tiny: bool) -> Any:
     import torch
 

@@ -189,9 +189,20 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
     return rows
 
 
-def finish(series: dict[str, Series], info: dict[str, Any], json_path: Path | None) -> int:
-    """Print the tables, write ``--json`` (the rows and every block's figures), warn when the
-    machine was busy; the exit status (1 when a comparison has no figure)."""
+def print_progress(done: int, total: int) -> None:
+    """Every tenth round and the last: how far, and the machine's load."""
+    if done % 10 == 0 or done == total:
+        print(f"  round {done}/{total}, load {harness.load_average()}", flush=True)
+
+
+def finish(
+    series: dict[str, Series], info: dict[str, Any], setup: str, json_path: Path | None
+) -> int:
+    """Print the machine, ``setup`` (what ran) and the tables, write ``--json`` (the rows and
+    every block's figures), warn when the machine was busy; the exit status (1 when a
+    comparison has no figure)."""
+    print(harness.machine_line(info))
+    print(setup)
     rows = report(series)
     if json_path is not None:
         blocks = {name: dataclasses.asdict(s) for name, s in series.items()}
