@@ -1,13 +1,17 @@
 """The background's first stages: queued entries become one record per step.
 
-Stage 1 reads values: trainmon's own tensors in one device read, the copies captured at the
-call, and :class:`~trainmon.core.values.Deferred` values class by class; stage 2 groups the
-values by step, in queue order. The pipeline runs both on its thread, one batch at a time.
+One pass groups the values by step, in queue order, and sorts each value by its type (cached
+per type: a dict lookup, not an ``isinstance`` per value): plain numbers are stored, copies
+captured at the call are taken in order, and trainmon's own tensors and
+:class:`~trainmon.core.values.Deferred` values hold their place in the record until the whole
+batch is read at once (tensors in one device read, deferred values class by class). The
+pipeline runs this on its thread, one batch at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from trainmon.core.entries import Entry
 from trainmon.core.events import Number, StepScalars
@@ -20,66 +24,46 @@ from trainmon.core.values import (
     resolve_tensors,
 )
 
+_PLAIN, _TENSOR, _DEFERRED, _CAPTURED, _OTHER = range(5)
+_KINDS: dict[type, int] = {float: _PLAIN, int: _PLAIN}
+_MAX_KINDS = 256  # types remembered; beyond, a type is sorted on every value
+_MISSING: Any = object()
 
-def resolve_tensor_values(batch: list[Entry]) -> tuple[Iterator[Number], Iterator[Number]]:
-    """Stage 1: the values of trainmon's own tensors (read in one batch) and of the tensor
-    copies captured at the call, each in queue order, for :func:`group_records` to take from."""
-    tensors = [
-        item[1] for entry in batch if entry[3] is True for item in entry[2] if is_tensor(item[1])
-    ]
-    resolved = iter(resolve_tensors(tensors) if tensors else [])
-    captured = iter(
+#: A value read after the pass: the record's values, the name, the value standing in its place
+#: (the tensor or Deferred itself) and what the name held before it (``_MISSING``: nothing).
+Slot = tuple[dict[str, Number], str, Any, Any]
+
+
+def _kind_of(value: object) -> int:
+    kind = type(value)
+    found = _KINDS.get(kind)
+    if found is not None:
+        return found
+    if value is CAPTURED:
+        found = _CAPTURED
+    elif isinstance(value, Deferred):
+        found = _DEFERRED
+    elif is_tensor(value):
+        found = _TENSOR
+    else:
+        return _OTHER  # not remembered: torch may be imported later (is_tensor is then True)
+    if len(_KINDS) < _MAX_KINDS:
+        _KINDS[kind] = found
+    return found
+
+
+def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[StepScalars]:
+    """Values by step into records, in queue order; tensors and deferred values are read in
+    batches after the pass (a value that cannot be resolved is counted and skipped)."""
+    captured: Iterator[Number] = iter(
         [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
     )
-    return resolved, captured
-
-
-def resolve_deferred_values(
-    batch: list[Entry], on_error: Callable[[str], None]
-) -> list[Number | None]:
-    """Stage 1 too: every :class:`Deferred` value of the batch, in queue order, each class's
-    at once (:meth:`Deferred.resolve_all`); one that cannot be resolved is counted and
-    skipped (None)."""
-    found = [
-        item for entry in batch if entry[3] for item in entry[2] if isinstance(item[1], Deferred)
-    ]
-    if not found:
-        return []
-    out: list[Number | None] = [None] * len(found)
-    by_class: dict[type[Deferred], list[int]] = {}
-    for index, item in enumerate(found):
-        by_class.setdefault(type(item[1]), []).append(index)
-    for kind, positions in by_class.items():
-        try:
-            values = kind.resolve_all([found[i][1] for i in positions])
-            if len(values) != len(positions):
-                raise ValueError(f"{kind.__name__}.resolve_all gave {len(values)} values")
-        except Exception:
-            values = [_resolve_one(found[i][0], found[i][1], on_error) for i in positions]
-        for i, value in zip(positions, values, strict=True):
-            out[i] = value
-    return out
-
-
-def _resolve_one(name: str, value: Deferred, on_error: Callable[[str], None]) -> Number | None:
-    try:
-        return value.resolve()
-    except Exception:
-        on_error(f"could not resolve the value of {name!r}; skipped")
-        return None
-
-
-def group_records(
-    batch: list[Entry],
-    resolved: Iterator[Number],
-    captured: Iterator[Number],
-    deferred: Iterator[Number | None],
-) -> list[StepScalars]:
-    """Stage 2: values by step into records, in queue order (a value that cannot be
-    resolved is counted and skipped)."""
+    tensors: list[Slot] = []
+    deferred: list[Slot] = []
     records: list[StepScalars] = []
     current_step: object = None
     values: dict[str, Number] = {}
+    kinds = _KINDS
     for wall_time, default_step, items, needs_resolving in batch:
         if not needs_resolving and len(items[0]) == 2:  # plain numbers, checked by the caller
             if default_step != current_step:
@@ -91,6 +75,31 @@ def group_records(
                 continue
             except ValueError:  # some carry their own step: item by item below
                 pass
+        elif needs_resolving is True and len(items[0]) == 2 and default_step != current_step:
+            values = {}  # a step's values in one call (a driver's): pairs in one C call, ...
+            try:
+                values.update(items)  # type: ignore[arg-type]
+            except ValueError:
+                values.clear()
+            if len(values) == len(items):  # ... then what is not a number yet, in place
+                records.append(StepScalars(default_step, wall_time, values))
+                current_step = default_step
+                for name, value in items:
+                    kind = kinds.get(type(value))
+                    if kind == _PLAIN:
+                        continue
+                    if kind is None:
+                        kind = _kind_of(value)
+                    if kind == _TENSOR:
+                        tensors.append((values, name, value, _MISSING))
+                    elif kind == _DEFERRED:
+                        deferred.append((values, name, value, _MISSING))
+                    elif kind == _CAPTURED:
+                        values[name] = next(captured)
+                    elif kind == _OTHER:
+                        values[name] = plain_number(value)
+                continue
+            values = {}  # a name twice, or steps of their own: item by item below
         for item in items:
             if len(item) == 2:
                 name, value = item
@@ -108,17 +117,65 @@ def group_records(
                 records.append(StepScalars(step, wall_time, values))
                 current_step = step
             if needs_resolving:
-                kind = type(value)
-                if kind is not float and kind is not int:
-                    if value is CAPTURED:
-                        value = next(captured)
-                    elif isinstance(value, Deferred):
-                        value = next(deferred)
-                        if value is None:
-                            continue
-                    elif is_tensor(value):  # captured at the call, or a producer's
-                        value = next(captured if type(needs_resolving) is Snapshot else resolved)
-                    else:
-                        value = plain_number(value)
+                found = kinds.get(type(value))
+                kind = _kind_of(value) if found is None else found
+                if kind == _PLAIN:
+                    pass
+                elif kind == _TENSOR and type(needs_resolving) is not Snapshot:
+                    tensors.append((values, name, value, values.get(name, _MISSING)))
+                elif kind in (_TENSOR, _CAPTURED):  # copied at the call
+                    value = next(captured)
+                elif kind == _DEFERRED:
+                    deferred.append((values, name, value, values.get(name, _MISSING)))
+                else:
+                    value = plain_number(value)
             values[name] = value
+    if deferred:  # first: a value that cannot be resolved may give its place back to a tensor
+        _fill(deferred, _resolve_deferred([slot[2] for slot in deferred], on_error, deferred))
+    if tensors:
+        _fill(tensors, resolve_tensors([slot[2] for slot in tensors]))
     return [record for record in records if record.values]
+
+
+def _fill(slots: list[Slot], numbers: Sequence[Number | None]) -> None:
+    """Put each read value in its place, unless a later value of the same name took it; a
+    value that could not be read (None) gives the place back to what it held before (last
+    slot first, so that an earlier stand-in given back is then filled in turn)."""
+    for (values, name, held, before), number in reversed(list(zip(slots, numbers, strict=True))):
+        if values.get(name, _MISSING) is not held:
+            continue
+        if number is not None:
+            values[name] = number
+        elif before is _MISSING:
+            del values[name]
+        else:
+            values[name] = before
+
+
+def _resolve_deferred(
+    found: list[Deferred], on_error: Callable[[str], None], slots: list[Slot]
+) -> list[Number | None]:
+    """Every deferred value, each class's at once (:meth:`Deferred.resolve_all`); one that
+    cannot be resolved is counted and skipped (None)."""
+    out: list[Number | None] = [None] * len(found)
+    by_class: dict[type[Deferred], list[int]] = {}
+    for index, value in enumerate(found):
+        by_class.setdefault(type(value), []).append(index)
+    for kind, positions in by_class.items():
+        try:
+            numbers = kind.resolve_all([found[i] for i in positions])
+            if len(numbers) != len(positions):
+                raise ValueError(f"{kind.__name__}.resolve_all gave {len(numbers)} values")
+        except Exception:
+            numbers = [_resolve_one(slots[i][1], found[i], on_error) for i in positions]
+        for i, number in zip(positions, numbers, strict=True):
+            out[i] = number
+    return out
+
+
+def _resolve_one(name: str, value: Deferred, on_error: Callable[[str], None]) -> Number | None:
+    try:
+        return value.resolve()
+    except Exception:
+        on_error(f"could not resolve the value of {name!r}; skipped")
+        return None
