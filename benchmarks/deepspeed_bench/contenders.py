@@ -79,6 +79,14 @@ CONTENDERS: tuple[Contender, ...] = (
         breakdown=True,
         tmpfs=True,
     ),
+    Contender(
+        "attach@drain0.25s",
+        "attach everything, drained every 0.25 s (the default before 1 s)",
+        attach=True,
+        writers=WRITERS,
+        breakdown=True,
+        trainmon={"drain_interval_s": 0.25},
+    ),
     Contender("bare-noclip", "DeepSpeed alone, gradient_clipping 0", clipping=0.0),
     Contender(
         "attach-noclip",
