@@ -327,7 +327,12 @@ class Pipeline:
         """Scalar entries go through the stages in batches; a control entry first has what came
         before it written, so the stream keeps its order. Side events (another x axis, other
         tags) ride along with the batch: DeepSpeed sends some every step, and cutting the
-        batch at each would write every step on its own."""
+        batch at each would write every step on its own. The writers' threads wake once, after
+        the drain."""
+        with self.writers.coalesced_wakeups():
+            self._drain_queue()
+
+    def _drain_queue(self) -> None:
         queue = self._queue
         worked = bool(queue)  # counters follow real work: a writer failing on the counter
         while queue:  # record itself must not make a record every poll
