@@ -2,21 +2,28 @@
 
 Why: "never slows training" is about the user's wall clock, and work on other threads is not
 free for the training thread even when it never holds the GIL (cores share caches, memory
-bandwidth and a clock budget). Two measurements, each interleaved in one process:
+bandwidth and a clock budget). Three measurements, each in one process:
 
 1. **Background CPU per step** (process CPU minus the training thread's CPU) of a paced loop
    that logs 30 scalars every 8 ms (``time.sleep``, so the training thread is idle and the
    background has a core to itself), for ``trainmon.drain_interval_s`` = 0.05 (the former
-   fixed poll), 0.25 (the default) and 1.0, with no writers and with TensorBoard + CSV +
-   JSONL. Each block builds a fresh ``Monitor``, logs 40 untimed steps, then counts the CPU of
-   ``--steps`` steps and of ``close()`` (what was still queued is the same work, done later).
+   fixed poll), 0.25 (the default until issue 25) and 1.0 (the default now), with no writers
+   and with TensorBoard + CSV + JSONL. Each block builds a fresh ``Monitor``, logs 40 untimed
+   steps, then counts the CPU of ``--steps`` steps and of ``close()`` (what was still queued
+   is the same work, done later).
 2. **Interference**: a real training step (an MLP of 4 × Linear(512, 512) with ReLU, batch 32,
    MSE, Adam, ``torch.set_num_threads(1)``) while a helper thread wakes every 50 ms for a 1.5 ms
    burst (3 % of one core): nothing, pure Python (holds the GIL), or hashing a buffer (C that
    releases the GIL). Wall overhead against the no-burst blocks, paired by round.
+3. **One wake-up**: the CPU a sleeping thread spends per wake-up (its own thread CPU over
+   ``--wakes`` wake-ups, doing nothing else): a timed sleep, a timed ``Event.wait`` running
+   out, and an ``Event`` set by another thread (how a writer's thread is woken). On a VM this
+   includes the hypervisor's timer and wake-up work, which is why trainmon wakes its threads
+   rarely.
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_background.py [--rounds 12]
-[--steps 250] [--interference-rounds 60]`` (``--quick``: a smoke run whose numbers are noise).
+[--steps 250] [--interference-rounds 60] [--wakes 200]`` (``--quick``: a smoke run whose
+numbers are noise).
 """
 
 from __future__ import annotations
@@ -140,15 +147,55 @@ def interference(rounds: int, steps: int) -> dict[str, list[float]]:
     return got
 
 
+def wake_cost(wakes: int) -> dict[str, float]:
+    """µs of a thread's own CPU per wake-up, by how it sleeps and is woken."""
+    got: dict[str, float] = {}
+    timed = threading.Event()
+    kicked = threading.Event()
+
+    def sleeper(label: str, wait: Any) -> None:
+        start = time.thread_time()
+        for _ in range(wakes):
+            wait()
+        got[label] = (time.thread_time() - start) / wakes * 1e6
+
+    def woken() -> None:
+        kicked.wait()
+        kicked.clear()
+
+    def kicker(stop: threading.Event) -> None:
+        while not stop.is_set():
+            time.sleep(0.005)
+            kicked.set()
+
+    for label, wait in (
+        ("time.sleep(5 ms)", lambda: time.sleep(0.005)),
+        ("Event.wait(5 ms) running out", lambda: timed.wait(0.005)),
+        ("Event set by another thread (every 5 ms)", woken),
+    ):
+        stop = threading.Event()
+        other = threading.Thread(target=kicker, args=(stop,), daemon=True)
+        if wait is woken:
+            other.start()
+        thread = threading.Thread(target=sleeper, args=(label, wait))
+        thread.start()
+        thread.join()
+        stop.set()
+        if other.is_alive():
+            other.join()
+    return got
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=250)
     parser.add_argument("--interference-rounds", type=int, default=60)
+    parser.add_argument("--wakes", type=int, default=200, help="wake-ups per kind timed")
     parser.add_argument("--quick", action="store_true", help="smoke run; numbers are noise")
     options = parser.parse_args(argv)
     if options.quick:
-        options.rounds, options.steps, options.interference_rounds = 2, 30, 3
+        options.rounds, options.steps, options.interference_rounds, options.wakes = 2, 30, 3, 20
     info = harness.machine_info(("trainmon", "torch"))
     print(harness.machine_line(info))
     rng = random.Random(0)
@@ -180,6 +227,10 @@ def main(argv: list[str] | None = None) -> None:
             (kind, f"{statistics.median(values):.3f}", harness.percent_ci(overhead, interval))
         )
     harness.print_markdown_table(("other thread", "wall ms / step", "wall overhead"), rows)
+
+    print(f"\nCPU of one wake-up of a sleeping thread, mean of {options.wakes}")
+    wakes = [(kind, f"{us:.1f}") for kind, us in wake_cost(options.wakes).items()]
+    harness.print_markdown_table(("how it sleeps and wakes", "µs of its CPU per wake-up"), wakes)
     if warning := harness.busy_warning(info):
         print(warning)
 

@@ -99,3 +99,22 @@ def test_attach_benchmark_refuses_a_contender_that_needs_another_engine() -> Non
     pytest.importorskip("deepspeed")
     refused = _deepspeed_benchmark("bench_attach.py", "--quick", "--only", "ds")
     assert refused.returncode == 2 and "['ds'] cannot run on the bare engine" in refused.stderr
+
+
+@pytest.mark.slow
+def test_background_benchmark_quick_run_reports_what_a_wake_up_costs() -> None:
+    """``bench_background.py --quick``: the three tables, the last with a positive CPU figure
+    per kind of wake-up."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_background.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "| TB+CSV+JSONL @ 1 s" in result.stdout
+    assert "| C (releases the GIL)" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| Event set by")]
+    assert len(rows) == 1 and float(rows[0].split("|")[2]) > 0
