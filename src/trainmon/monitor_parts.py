@@ -21,6 +21,7 @@ from trainmon.core.cross_rank import CrossRankReducer
 from trainmon.core.events import StepScalars
 from trainmon.core.pipeline import (
     DEFAULT_DRAIN_INTERVAL_S,
+    RULES_DRAIN_INTERVAL_S,
     STOP_RULES_DRAIN_INTERVAL_S,
     Observer,
 )
@@ -32,12 +33,17 @@ _log = get_logger("monitor")
 
 
 def pipeline_settings(settings: PipelineConfig, rules: Iterable[AlertRuleConfig]) -> PipelineConfig:
-    """``settings`` with ``drain_interval_s`` decided: when null, prompt (20 ms) only if one
-    of ``rules`` may stop training, since each wake-up costs CPU beside the training thread."""
+    """``settings`` with ``drain_interval_s`` decided: when null, prompt (20 ms) if one of
+    ``rules`` may stop training, 0.25 s with other rules (their cool-downs and
+    ``resolve_after_s`` are timed when the background judges a value), else rarely (1 s),
+    since each wake-up costs CPU beside the training thread."""
     if settings.drain_interval_s is not None:
         return settings
-    stops = any(rule.action == "stop" for rule in rules)
-    drain = STOP_RULES_DRAIN_INTERVAL_S if stops else DEFAULT_DRAIN_INTERVAL_S
+    rules = list(rules)
+    if any(rule.action == "stop" for rule in rules):
+        drain = STOP_RULES_DRAIN_INTERVAL_S
+    else:
+        drain = RULES_DRAIN_INTERVAL_S if rules else DEFAULT_DRAIN_INTERVAL_S
     return replace(settings, drain_interval_s=drain)
 
 
