@@ -54,3 +54,20 @@ def test_a_flush_inside_a_drain_still_wakes_the_writer_at_once() -> None:
     finally:
         lanes.close()
         lanes.join(time.monotonic() + 5)
+
+
+def test_a_lane_half_full_is_woken_during_the_drain() -> None:
+    """A small lane is not left to fill (and drop) while a long drain goes on."""
+    writer = MemoryWriter()
+    lanes = WriterLanes([writer], capacity=10, when_full="drop")
+    try:
+        with lanes.coalesced_wakeups():
+            lanes.write(_records(1, 4))
+            time.sleep(0.2)
+            assert writer.records == []  # 4 of 10: it sleeps on
+            lanes.write(_records(5, 2))  # 6 of 10: woken now
+            assert _settled(writer, 6, within_s=0.5)
+        assert lanes.dropped_events == 0
+    finally:
+        lanes.close()
+        lanes.join(time.monotonic() + 5)

@@ -152,7 +152,7 @@ class WriterLanes:
     def coalesced_wakeups(self) -> Iterator[None]:
         """Writes inside wake each lane once, at the end: every wake-up of a thread costs CPU
         beside training (~0.1 ms on the team's VM), and one drain writes several segments and
-        windows. Flushes, resumes and a full lane still wake at once."""
+        windows. Flushes, resumes and a lane half full still wake at once."""
         self._coalescing = True
         try:
             yield
@@ -277,7 +277,10 @@ class WriterLanes:
         lane.enqueued += count
         idle = not lane.ops  # a lane with ops queued looks again after each: no wake-up needed
         lane.ops.append(op)
-        if idle and not self._coalescing:
+        if self._coalescing:
+            if lane.pending * 2 > lane.capacity:  # half full: do not let it fill in a drain
+                lane.wakeup.set()
+        elif idle:
             lane.wakeup.set()
 
     def _room(self, lane: _Lane, count: int) -> bool:
