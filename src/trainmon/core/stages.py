@@ -24,8 +24,8 @@ from trainmon.core.values import (
     resolve_tensors,
 )
 
-_PLAIN, _TENSOR, _DEFERRED, _CAPTURED, _OTHER = range(5)
-_KINDS: dict[type, int] = {float: _PLAIN, int: _PLAIN}
+_TENSOR, _DEFERRED, _CAPTURED, _OTHER = range(4)
+_KINDS: dict[type, int] = {}  # what each type of value is, learnt on first sight
 _MAX_KINDS = 256  # types remembered; beyond, a type is sorted on every value
 _MISSING: Any = object()
 
@@ -52,18 +52,49 @@ def _kind_of(value: object) -> int:
     return found
 
 
+class _Reads:
+    """The batch's values that are not plain numbers: stored (a copy captured at the call, a
+    numpy scalar) or held in place until the batch is read (tensors, Deferred values)."""
+
+    def __init__(self, captured: Iterator[Number]) -> None:
+        self.captured = captured
+        self.tensors: list[Slot] = []
+        self.deferred: list[Slot] = []
+
+    def place(
+        self, values: dict[str, Number], name: str, value: Any, before: Any, snapshot: bool
+    ) -> None:
+        """Put ``value`` (not a float or int) in ``values[name]``, or a stand-in for it."""
+        kind = _kind_of(value)
+        if kind == _TENSOR and not snapshot:  # a producer's tensor: read with the batch
+            self.tensors.append((values, name, value, before))
+        elif kind in (_TENSOR, _CAPTURED):  # copied at the call
+            value = next(self.captured)
+        elif kind == _DEFERRED:
+            self.deferred.append((values, name, value, before))
+        else:
+            value = plain_number(value)
+        values[name] = value
+
+    def read(self, on_error: Callable[[str], None]) -> None:
+        """Read the held values and put them in their places; deferred values first, since one
+        that cannot be resolved may give its place back to a tensor."""
+        if self.deferred:
+            _fill(self.deferred, _resolve_deferred(self.deferred, on_error))
+        if self.tensors:
+            _fill(self.tensors, resolve_tensors([slot[2] for slot in self.tensors]))
+
+
 def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[StepScalars]:
     """Values by step into records, in queue order; tensors and deferred values are read in
     batches after the pass (a value that cannot be resolved is counted and skipped)."""
-    captured: Iterator[Number] = iter(
-        [n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()]
+    reads = _Reads(
+        iter([n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()])
     )
-    tensors: list[Slot] = []
-    deferred: list[Slot] = []
+    place = reads.place
     records: list[StepScalars] = []
     current_step: object = None
     values: dict[str, Number] = {}
-    kinds = _KINDS
     for wall_time, default_step, items, needs_resolving in batch:
         if not needs_resolving and len(items[0]) == 2:  # plain numbers, checked by the caller
             if default_step != current_step:
@@ -85,21 +116,12 @@ def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[S
                 records.append(StepScalars(default_step, wall_time, values))
                 current_step = default_step
                 for name, value in items:
-                    kind = kinds.get(type(value))
-                    if kind == _PLAIN:
-                        continue
-                    if kind is None:
-                        kind = _kind_of(value)
-                    if kind == _TENSOR:
-                        tensors.append((values, name, value, _MISSING))
-                    elif kind == _DEFERRED:
-                        deferred.append((values, name, value, _MISSING))
-                    elif kind == _CAPTURED:
-                        values[name] = next(captured)
-                    elif kind == _OTHER:
-                        values[name] = plain_number(value)
+                    kind = type(value)
+                    if kind is not float and kind is not int:
+                        place(values, name, value, _MISSING, False)
                 continue
             values = {}  # a name twice, or steps of their own: item by item below
+        snapshot = type(needs_resolving) is Snapshot
         for item in items:
             if len(item) == 2:
                 name, value = item
@@ -109,31 +131,19 @@ def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[S
                 if step is None:
                     step = default_step
                 elif step is CAPTURED:  # captured before the value of the same item
-                    step = int(next(captured))
+                    step = int(next(reads.captured))
                 elif type(step) is not int:
                     step = int(step)
             if step != current_step:
                 values = {}
                 records.append(StepScalars(step, wall_time, values))
                 current_step = step
-            if needs_resolving:
-                found = kinds.get(type(value))
-                kind = _kind_of(value) if found is None else found
-                if kind == _PLAIN:
-                    pass
-                elif kind == _TENSOR and type(needs_resolving) is not Snapshot:
-                    tensors.append((values, name, value, values.get(name, _MISSING)))
-                elif kind in (_TENSOR, _CAPTURED):  # copied at the call
-                    value = next(captured)
-                elif kind == _DEFERRED:
-                    deferred.append((values, name, value, values.get(name, _MISSING)))
-                else:
-                    value = plain_number(value)
-            values[name] = value
-    if deferred:  # first: a value that cannot be resolved may give its place back to a tensor
-        _fill(deferred, _resolve_deferred([slot[2] for slot in deferred], on_error, deferred))
-    if tensors:
-        _fill(tensors, resolve_tensors([slot[2] for slot in tensors]))
+            kind = type(value)
+            if needs_resolving and kind is not float and kind is not int:
+                place(values, name, value, values.get(name, _MISSING), snapshot)
+            else:
+                values[name] = value
+    reads.read(on_error)
     return [record for record in records if record.values]
 
 
@@ -152,22 +162,20 @@ def _fill(slots: list[Slot], numbers: Sequence[Number | None]) -> None:
             values[name] = before
 
 
-def _resolve_deferred(
-    found: list[Deferred], on_error: Callable[[str], None], slots: list[Slot]
-) -> list[Number | None]:
-    """Every deferred value, each class's at once (:meth:`Deferred.resolve_all`); one that
+def _resolve_deferred(slots: list[Slot], on_error: Callable[[str], None]) -> list[Number | None]:
+    """Every held deferred value, each class's at once (:meth:`Deferred.resolve_all`); one that
     cannot be resolved is counted and skipped (None)."""
-    out: list[Number | None] = [None] * len(found)
+    out: list[Number | None] = [None] * len(slots)
     by_class: dict[type[Deferred], list[int]] = {}
-    for index, value in enumerate(found):
-        by_class.setdefault(type(value), []).append(index)
+    for index, slot in enumerate(slots):
+        by_class.setdefault(type(slot[2]), []).append(index)
     for kind, positions in by_class.items():
         try:
-            numbers = kind.resolve_all([found[i] for i in positions])
+            numbers = kind.resolve_all([slots[i][2] for i in positions])
             if len(numbers) != len(positions):
                 raise ValueError(f"{kind.__name__}.resolve_all gave {len(numbers)} values")
         except Exception:
-            numbers = [_resolve_one(slots[i][1], found[i], on_error) for i in positions]
+            numbers = [_resolve_one(slots[i][1], slots[i][2], on_error) for i in positions]
         for i, number in zip(positions, numbers, strict=True):
             out[i] = number
     return out
