@@ -163,26 +163,17 @@ def wake_cost(wakes: int) -> dict[str, float]:
         kicked.wait()
         kicked.clear()
 
-    def kicker(stop: threading.Event) -> None:
-        while not stop.is_set():
+    def kicker() -> None:
+        while "Event set by another thread (every 5 ms)" not in got:
             time.sleep(0.005)
             kicked.set()
 
-    for label, wait in (
-        ("time.sleep(5 ms)", lambda: time.sleep(0.005)),
-        ("Event.wait(5 ms) running out", lambda: timed.wait(0.005)),
-        ("Event set by another thread (every 5 ms)", woken),
-    ):
-        stop = threading.Event()
-        other = threading.Thread(target=kicker, args=(stop,), daemon=True)
-        if wait is woken:
-            other.start()
-        thread = threading.Thread(target=sleeper, args=(label, wait))
-        thread.start()
-        thread.join()
-        stop.set()
-        if other.is_alive():
-            other.join()
+    sleeper("time.sleep(5 ms)", lambda: time.sleep(0.005))
+    sleeper("Event.wait(5 ms) running out", lambda: timed.wait(0.005))
+    other = threading.Thread(target=kicker, daemon=True)
+    other.start()
+    sleeper("Event set by another thread (every 5 ms)", woken)
+    other.join()
     return got
 
 
