@@ -21,7 +21,6 @@ from trainmon.core.cross_rank import CrossRankReducer
 from trainmon.core.events import StepScalars
 from trainmon.core.pipeline import (
     DEFAULT_DRAIN_INTERVAL_S,
-    RULES_DRAIN_INTERVAL_S,
     STOP_RULES_DRAIN_INTERVAL_S,
     Observer,
 )
@@ -34,16 +33,13 @@ _log = get_logger("monitor")
 
 def pipeline_settings(settings: PipelineConfig, rules: Iterable[AlertRuleConfig]) -> PipelineConfig:
     """``settings`` with ``drain_interval_s`` decided: when null, prompt (20 ms) if one of
-    ``rules`` may stop training, 0.25 s with other rules (their cool-downs and
-    ``resolve_after_s`` are timed when the background judges a value), else rarely (1 s),
-    since each wake-up costs CPU beside the training thread."""
+    ``rules`` may stop training, else rarely (1 s), since each wake-up costs CPU beside the
+    training thread (rules count their seconds on the values' own times, so lateness does
+    not change what they send)."""
     if settings.drain_interval_s is not None:
         return settings
-    rules = list(rules)
-    if any(rule.action == "stop" for rule in rules):
-        drain = STOP_RULES_DRAIN_INTERVAL_S
-    else:
-        drain = RULES_DRAIN_INTERVAL_S if rules else DEFAULT_DRAIN_INTERVAL_S
+    stops = any(rule.action == "stop" for rule in rules)
+    drain = STOP_RULES_DRAIN_INTERVAL_S if stops else DEFAULT_DRAIN_INTERVAL_S
     return replace(settings, drain_interval_s=drain)
 
 

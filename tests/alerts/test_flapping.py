@@ -14,7 +14,11 @@ import trainmon
 
 
 def flapping_run(
-    tmp_path: Path, rule: dict[str, Any], losses: list[float], pause_s: float = 0.0
+    tmp_path: Path,
+    rule: dict[str, Any],
+    losses: list[float],
+    pause_s: float = 0.0,
+    drain_interval_s: float | None = None,
 ) -> tuple[list[dict[str, Any]], dict[int, float]]:
     """Log ``losses`` at steps 1.. through a Monitor with ``rule`` and a file sink; return the
     alerts file's lines and the journal's ``alerts/<rule>`` values by step."""
@@ -23,6 +27,7 @@ def flapping_run(
         "console": {"enabled": False},
         "jsonl": {"enabled": True, "output_path": str(tmp_path), "job_name": "job"},
         "alerts": {"rules": [rule], "sinks": [{"type": "file"}]},
+        "trainmon": {"drain_interval_s": drain_interval_s},
     }
     with trainmon.Monitor(config) as monitor:
         for step, loss in enumerate(losses, start=1):
@@ -68,22 +73,32 @@ def test_resolve_after_counts_clear_steps_and_a_quick_refire_is_not_sent(
     assert flags == {1: 1, 4: 0, 5: 1, 8: 0}
 
 
-def test_a_refire_after_the_cooldown_is_sent_again(tmp_path: Path) -> None:
+#: the default interval, and one so long that every value is judged at once when the monitor
+#: closes: seconds are counted on the values' own times, so both send the same alerts
+DRAINS = pytest.mark.parametrize("drain", [None, 30.0], ids=["default-drain", "judged-at-close"])
+
+
+@DRAINS
+def test_a_refire_after_the_cooldown_is_sent_again(tmp_path: Path, drain: float | None) -> None:
     """Once cooldown_s has passed since the last firing notification, a re-fire is sent."""
     rule = {"name": "hot", "metric": "train/loss", "op": ">", "threshold": 1.0}
     rule.update(resolve_after=1, cooldown_s=0.3)
     losses = [2.0, 0.5, 0.5, 0.5, 0.5, 2.0, 0.5]
-    filed, _ = flapping_run(tmp_path, rule, losses, pause_s=0.1)
+    filed, _ = flapping_run(tmp_path, rule, losses, pause_s=0.1, drain_interval_s=drain)
     states = [(a["state"], a["step"]) for a in filed]
     assert states == [("firing", 1), ("resolved", 2), ("firing", 6), ("resolved", 7)]
 
 
-def test_resolve_after_s_holds_the_resolve_until_clear_that_long(tmp_path: Path) -> None:
+@DRAINS
+def test_resolve_after_s_holds_the_resolve_until_clear_that_long(
+    tmp_path: Path, drain: float | None
+) -> None:
     """resolve_after_s: clear steps alone do not resolve until the condition has been clear
     for that many seconds."""
     rule = {"name": "hot", "metric": "train/loss", "op": ">", "threshold": 1.0}
     rule.update(resolve_after=1, resolve_after_s=0.35)
-    filed, _ = flapping_run(tmp_path, rule, [2.0] + [0.5] * 8, pause_s=0.1)
+    losses = [2.0] + [0.5] * 8
+    filed, _ = flapping_run(tmp_path, rule, losses, pause_s=0.1, drain_interval_s=drain)
     (fired, resolved) = filed
     assert fired["state"] == "firing" and resolved["state"] == "resolved"
     assert resolved["step"] >= 5  # the first clear step is 2: at least 3 more at 0.1 s apart

@@ -23,10 +23,10 @@ def drain_of(source: dict[str, object]) -> float | None:
     return settings.drain_interval_s
 
 
-def test_null_means_one_second_and_sooner_with_alert_rules() -> None:
+def test_null_means_one_second_and_sooner_with_a_stopping_rule() -> None:
     assert drain_of({}) == 1.0
     warn_only = {"alerts": {"rules": [{**STOP_RULE, "action": "alert"}]}}
-    assert drain_of(warn_only) == 0.25
+    assert drain_of(warn_only) == 1.0
     stopping = {"alerts": {"rules": [STOP_RULE]}}
     assert drain_of(stopping) == 0.02
     chosen = {"alerts": {"rules": [STOP_RULE]}, "trainmon": {"drain_interval_s": 2.0}}

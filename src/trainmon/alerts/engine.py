@@ -145,7 +145,7 @@ class AlertEngine(Observer):
         *,
         job: str = "",
         rank: int = 0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         window_steps: int = 1,
     ) -> None:
         self._send = send

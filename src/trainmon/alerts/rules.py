@@ -258,7 +258,9 @@ class AlertTracker:
     again after ``cooldown_s`` while it lasts; ``resolved`` once it has been clear for
     ``resolve_after`` verdicts (and ``resolve_after_s`` seconds); a re-fire within
     ``cooldown_s`` of the last firing notification comes back marked :data:`SUPPRESSED`.
-    Not thread-safe: one thread feeds it."""
+    Seconds are counted on the judged values' own times (``when``), so how late the
+    background judges them does not matter; a ``clock`` given counts them when judged
+    instead (the stall watchdog, tests). Not thread-safe: one thread feeds it."""
 
     def __init__(
         self,
@@ -266,13 +268,15 @@ class AlertTracker:
         *,
         job: str = "",
         rank: int = 0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         window_steps: int = 1,
     ) -> None:
         self.rule = rule
         self.job = job
         self.rank = rank
-        self.clock = clock
+        self._judge_clock = clock
+        self.clock: Callable[[], float] = clock or time.time
+        """Now, on the scale the seconds are counted on (wall time unless a clock is given)."""
         self.active: Alert | None = None
         """The alert that is firing now, or None."""
         per_step = rule.kind not in ("growth", "stall")
@@ -343,11 +347,11 @@ class AlertTracker:
         if verdict is None:
             return None
         rule = self.rule
+        now = when if self._judge_clock is None else self._judge_clock()
         if not verdict.met:
             self._streak = 0
             if self.active is None:
                 return None
-            now = self.clock()
             self._clear += 1
             if self._clear_since is None:
                 self._clear_since = now
@@ -366,7 +370,6 @@ class AlertTracker:
             text = verdict.text
             if rule.for_steps > 1:
                 text += f", for {rule.for_steps} consecutive values"
-            now = self.clock()
             self._sent_at = now
             self._repeats = 0
             self.active = self._alert("firing", text, verdict, value, step, when)
@@ -376,9 +379,9 @@ class AlertTracker:
                 return self._suppress(self.active)
             self._fired_at = now
             return self.active
-        if self.clock() - self._sent_at < rule.cooldown_s:
+        if now - self._sent_at < rule.cooldown_s:
             return None
-        self._sent_at = self._fired_at = self.clock()
+        self._sent_at = self._fired_at = now
         self._quiet = False  # past the cool-down: a lasting condition is notified again
         self._repeats += 1
         since = self.active.step

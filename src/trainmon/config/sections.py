@@ -267,7 +267,7 @@ class PipelineConfig(Settings):
         "asked to flush or when the queue fills): longer means fewer wake-ups and less CPU "
         "beside training, shorter means console lines and alert rules sooner. null: 0.02 s "
         'when an alert rule has "action": "stop" (a NaN stops training within a few steps), '
-        "0.25 s with other alert rules, else 1 s; at most flush_interval_s.",
+        "else 1 s; at most flush_interval_s.",
         default=None,
         ge=0.001,
         le=60,
