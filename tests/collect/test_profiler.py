@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import free_port
 
 import trainmon
-from trainmon.collect.profiler import REQUEST_FILE
+from trainmon.collect.profiler import REQUEST_FILE, ProfileOnDemand
+from trainmon.config import ProfilerConfig
 
 pytest.importorskip("torch")
 
@@ -141,3 +142,37 @@ def test_a_profile_file_in_the_run_folder_asks_for_a_profile(tmp_path: Path) -> 
     assert len(traces) == 1
     assert "aten::mm" in _op_names(_trace(traces[0]))
     assert not (run / REQUEST_FILE).exists()
+
+
+def test_a_request_after_slow_first_steps_leads_by_the_fast_pace(tmp_path: Path) -> None:
+    """Two ranks, the first steps slow (a warm-up), then fast: the request written on a signal
+    starts far enough ahead at the fast pace for every rank's watcher to have read it (the
+    lead is counted at the fastest recent pace, not the average since the slow steps)."""
+    step = [0]
+    profiler = ProfileOnDemand(
+        ProfilerConfig(signal=None),
+        tmp_path,
+        world_size=2,
+        current_step=lambda: step[0],
+        poll_s=0.1,
+    )
+    try:
+        for _ in range(6):  # 4 steps a second
+            step[0] += 1
+            time.sleep(0.25)
+        fast_from, began = step[0], time.monotonic()
+        while time.monotonic() - began < 1.0:  # then as fast as sleeping 5 ms allows
+            step[0] += 1
+            time.sleep(0.005)
+        fast_rate = (step[0] - fast_from) / (time.monotonic() - began)
+        asked_at = step[0]
+        profiler.signalled = True
+        request_file = tmp_path / REQUEST_FILE
+        deadline = time.monotonic() + 10
+        while not request_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        request = json.loads(request_file.read_text())
+    finally:
+        profiler.close()
+    lead = request["start_step"] - asked_at
+    assert lead >= fast_rate * 1.5, (lead, fast_rate)  # 1.5 s of steps at the fast pace

@@ -6,7 +6,7 @@ training thread reads one flag, :attr:`ProfileOnDemand.armed`. A request arms it
 * the signal (``profiler.signal``, SIGUSR2 by default) — its handler only sets a flag; the
   watcher thread turns it into a request;
 * a file named ``profile`` in the run folder (``touch RUN/profile``) — the watcher thread of
-  the logging rank (every ``poll_s``) writes the request into it.
+  the logging rank (every ``poll_s``, 1 s) writes the request into it.
 
 A request is ``{"id", "start_step", "steps"}`` in ``RUN/profile``; every rank's watcher reads
 it, so under ``torchrun`` one trigger profiles the same steps on every rank (the start step
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import math
 import os
 import shutil
@@ -45,8 +46,12 @@ _log = get_logger("profiler")
 
 REQUEST_FILE = "profile"
 """The file in the run folder that asks for a profile (its content is the request)."""
-_LEAD_S = 1.5  # how far ahead a request starts, so that every rank's watcher has seen it
-_PACE_LOOKS = 15  # the step pace is measured over the last this many looks (3 s at 0.2 s)
+_LEAD_S = 1.5  # how far ahead a request starts (at least 3 looks), for every rank to see it
+_LEAD_LOOKS = 3
+_PACE_LOOKS = 8  # the step pace: the fastest between two of the last this many looks
+#: the watcher's look interval: one wake-up a second (each costs 20-110 us of CPU on a VM,
+#: beside the training thread; benchmarks/bench_background.py)
+POLL_S = 1.0
 _TOP_OPS = 15
 
 _live: weakref.WeakSet[ProfileOnDemand] = weakref.WeakSet()
@@ -83,7 +88,7 @@ class ProfileOnDemand:
         world_size: int = 1,
         leader: bool = True,
         current_step: Callable[[], int],
-        poll_s: float = 0.2,
+        poll_s: float = POLL_S,
     ) -> None:
         self.armed = False
         """Read by the training thread at each step: True from a request until its profile
@@ -216,7 +221,7 @@ class ProfileOnDemand:
         if pace and step < pace[-1][1]:
             pace.clear()  # the step went back (a resume)
         pace.append((now, step))
-        rate = (step - pace[0][1]) / (now - pace[0][0]) if now - pace[0][0] > 0.5 else math.inf
+        rate = _fastest_pace(pace)
         path = self.run_dir / REQUEST_FILE
         if self.signalled:
             self.signalled = False
@@ -247,12 +252,14 @@ class ProfileOnDemand:
         )
 
     def _write_request(self, path: Path, step: int, rate: float) -> None:
-        """Start ``_LEAD_S`` seconds of steps ahead (the pace over the last few seconds; 20
-        steps before it is known), so that every rank's watcher has read the request."""
+        """Start ``_LEAD_S`` seconds (at least ``_LEAD_LOOKS`` looks) of steps ahead at the
+        fastest recent pace (20 steps before it is known), so that every rank's watcher has
+        read the request: a pace from slow early steps would start it too soon."""
         if self.world_size == 1:
             lead = 1
         else:
-            lead = 20 if rate == math.inf else max(3, math.ceil(rate * _LEAD_S) + 2)
+            ahead_s = max(_LEAD_S, _LEAD_LOOKS * self.poll_s)
+            lead = 20 if rate == math.inf else max(3, math.ceil(rate * ahead_s) + 2)
         request = {
             "id": f"{time.time():.6f}-rank{self.rank}",
             "start_step": step + lead,
@@ -309,6 +316,17 @@ class ProfileOnDemand:
         if key not in self._warned:
             self._warned.add(key)
             _log.warning("profiler: %s", message)
+
+
+def _fastest_pace(looks: deque[tuple[float, int]]) -> float:
+    """Steps per second between the two consecutive looks (of ``(time, step)``) that saw the
+    most; ``math.inf`` until two looks at least 0.1 s apart."""
+    best = -1.0
+    seen = list(looks)
+    for (then, first), (now, last) in itertools.pairwise(seen):
+        if now - then >= 0.1:
+            best = max(best, (last - first) / (now - then))
+    return best if best >= 0 else math.inf
 
 
 def _has_cuda() -> bool:
