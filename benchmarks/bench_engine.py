@@ -14,6 +14,8 @@ Contenders (an MLP 256→1024→1024→10, batch 64, AdamW, cross-entropy):
 * ``A'``  bare loop plus the global gradient norm each step (``get_total_norm``, what a user
   who logs the grad norm pays anyway; the engine always computes it);
 * ``A''`` bare loop with ``clip_grad_norm_(params, 1.0)`` (the usual LLM set-up);
+* ``An``  bare loop plus the engine's own norm call, as the engine's training thread runs it
+  (so the engine's bookkeeping can be taken without the norm's cost inside a step);
 * ``B1``  ``trainmon.initialize`` engine, TensorBoard + CSV + JSONL writers, console off,
   ``wall_clock_breakdown``, ``steps_per_print: 1`` (a window closes and is written every step);
 * ``B2``  the same with the default window (``steps_per_print: 10``);
@@ -26,7 +28,7 @@ block's "other threads" CPU and never spills into the next contender's block (th
 flushes the writers once per block rather than once a second).
 
 Because a 2-core shared VM does not resolve 1 % of a ~15 ms step, two resolvable parts are
-measured too: the same six contenders on a tiny model (``Linear(16, 10)``, ~0.4 ms steps),
+measured too: the same seven contenders on a tiny model (``Linear(16, 10)``, ~0.4 ms steps),
 where the engine's fixed bookkeeping per step shows; and each gradient-norm routine timed
 alone on the MLP's gradients. Their sum is the work the engine adds to the training thread of
 an MLP step (interference from the background thread is not in it; only the direct,
@@ -212,7 +214,7 @@ def run_suite(
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     features = TINY_FEATURES if tiny else IN_FEATURES
     batches = make_batches(8, args.seed + 1, features)
-    contenders = build_contenders(model, optimizer, out_dir / name)
+    contenders = build_contenders(model, optimizer, out_dir / name, engine_grad_norm)
     by_key = {c.key: c for c in contenders}
     started = time.perf_counter()
     host_reads: dict[str, dict[str, int]] = {}

@@ -118,3 +118,29 @@ def test_background_benchmark_quick_run_reports_what_a_wake_up_costs() -> None:
     assert "| C (releases the GIL)" in result.stdout
     rows = [line for line in result.stdout.splitlines() if line.startswith("| Event set by")]
     assert len(rows) == 1 and float(rows[0].split("|")[2]) > 0
+
+
+@pytest.mark.slow
+def test_frameworks_benchmark_interleaves_the_real_loops(tmp_path: Path) -> None:
+    """``bench_frameworks.py --quick``: each framework's real loop ran every variant's blocks in
+    turn, and trainmon's driver took values without dropping any."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    out = tmp_path / "frameworks.json"
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_frameworks.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    frameworks = json.loads(out.read_text())["frameworks"]
+    assert set(frameworks) == {"transformers", "lightning", "accelerate"}
+    for name, answer in frameworks.items():
+        assert "error" not in answer, (name, answer)
+        assert {len(blocks) for blocks in answer["blocks"].values()} == {3}, name  # the rounds
+        assert all(wall > 0 and cpu > 0 for wall, cpu in answer["blocks"]["trainmon"]), name
+        seen, dropped = answer["logged"]["trainmon"]
+        assert seen > 0 and dropped == 0, (name, seen, dropped)
+        assert answer["logged"]["bare"] == [0, 0], name
+    assert result.stdout.count("| trainmon |") == 3
