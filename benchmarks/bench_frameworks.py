@@ -7,15 +7,18 @@ trains an MLP whose step spends most of its time in torch kernels (4 x Linear(51
 ReLU, batch 32, MSE, Adam 1e-3, ``torch.set_num_threads(1)``: about 8 ms a step on the team
 VM), as a user's loop would, and the figure is what the user waits.
 
-How: in one process per framework, each variant (``bare``, ``bare-twin``: the A/A control,
-``trainmon``: the driver with TensorBoard + CSV + JSONL, the breakdown, windows of 10) runs its
-own framework loop on its own thread, and a conductor hands a baton between them: each round,
-in a shuffled order, one variant trains ``--steps`` steps while the others wait at a step
-boundary (on an Event: no CPU). So every variant trains the same way, interleaved, with its
-monitor alive across blocks as in a real run. A trainmon block ends with ``monitor.flush()``
-inside its timing, so that its background work is charged to it and never spills into the
-next block. Overhead: median over rounds of the block's wall time per step against the bare
-block of the same round, with a bootstrap 95 % interval; the training thread's CPU beside it.
+How: as ``bench_attach.py`` does for DeepSpeed, ONE loop per framework (one model, one
+thread, one process) trains through every block, and the driver is attached for a
+``trainmon`` block and detached after it. Separate models or threads will not do: each has its
+own memory placement, and on the team VM that alone moved a variant by up to 10 %. A block is
+``--steps`` steps; its variant is ``bare``, ``bare-twin`` (bare again: the A/A control) or
+``trainmon`` (the driver with TensorBoard + CSV + JSONL, the breakdown, windows of 10), in a
+shuffled order each round. Before a timed block: the driver attached (untimed, a fresh folder),
+5 untimed steps, a flush and a full ``gc.collect()``; the timed block ends with
+``monitor.flush()`` inside its timing, so its background work is charged to it; then the
+driver is detached (untimed). Overhead: median over rounds of the block's wall time per step
+against the bare block of the same round, with a bootstrap 95 % interval; the training
+thread's CPU beside it.
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_frameworks.py [--frameworks
 transformers,lightning,accelerate] [--rounds 60] [--steps 50] [--json out.json]`` (about 2
@@ -25,13 +28,13 @@ minutes per framework); ``--quick`` is a smoke run whose numbers are noise.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +47,7 @@ import harness
 FRAMEWORKS = ("transformers", "lightning", "accelerate")
 VARIANTS = ("bare", "bare-twin", "trainmon")
 WIDTH, LAYERS, BATCH = 512, 4, 32
+SETTLE_STEPS = 5  # untimed steps after attaching (the first step builds what is lazy)
 
 
 def trainmon_config(out: Path, job: str) -> dict[str, Any]:
@@ -82,47 +86,70 @@ class Pool(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"x": self.x[i % len(self.x)], "labels": self.y[i % len(self.y)]}
 
 
-class Baton:
-    """One variant's turn-taking: ``tick()`` at each step end; after ``steps`` steps of a turn
-    it records the block, hands the baton back and waits for the next turn (or stops)."""
+class Driver:
+    """How one framework attaches trainmon's driver to its running loop and detaches it;
+    ``attach`` returns the driver's monitor."""
 
-    def __init__(self, name: str, steps: int) -> None:
-        self.name = name
+    attach: Callable[[Path], Any]
+    detach: Callable[[], None]
+
+
+class Blocks:
+    """The schedule, run from the loop's step end (training thread): settle, time, switch."""
+
+    def __init__(self, order: list[tuple[str, bool]], steps: int, out: Path) -> None:
+        self.order = order  # (variant, recorded) per block
         self.steps = steps
-        self.monitor: Any = None  # set once the driver has built it: flushed in the timing
-        self.turn = threading.Event()
-        self.done = threading.Event()
-        self.waiting = threading.Event()  # set once the loop has reached its first step end
-        self.stop = False
-        self.blocks: list[tuple[float, float]] = []  # (wall ms/step, thread CPU ms/step)
-        self.logged = (0, 0)  # the monitor's (events seen, dropped): trainmon did its work
-        self._count = -1  # -1: waiting for the first turn
+        self.out = out
+        self.driver = Driver()
+        self.blocks: dict[str, list[tuple[float, float]]] = {name: [] for name in VARIANTS}
+        self.logged: dict[str, tuple[int, int]] = {name: (0, 0) for name in VARIANTS}
+        self._index = -1
+        self._count = 0
+        self._monitor: Any = None
         self._t0 = self._c0 = 0.0
 
     def tick(self) -> bool:
-        """A step ended; True when the loop must stop."""
-        if self._count >= 0:
-            self._count += 1
-            if self._count < self.steps:
-                return False
-            if self.monitor is not None:
-                self.monitor.flush()
-                self.logged = (self.monitor.progress()[1], self.monitor.dropped_events)
-            wall, cpu = time.perf_counter() - self._t0, time.thread_time() - self._c0
-            self.blocks.append((1e3 * wall / self.steps, 1e3 * cpu / self.steps))
-            self.done.set()
-        self.waiting.set()
-        self.turn.wait()
-        self.turn.clear()
-        self._count = 0
-        self._t0, self._c0 = time.perf_counter(), time.thread_time()
-        return self.stop
+        """A step ended; True when the loop must stop (the schedule is done)."""
+        self._count += 1
+        if self._index >= 0 and self._count == SETTLE_STEPS:
+            if self._monitor is not None:
+                self._monitor.flush()
+            gc.collect()
+            self._t0, self._c0 = time.perf_counter(), time.thread_time()
+        elif self._index < 0 or self._count == SETTLE_STEPS + self.steps:
+            if self._index >= 0:
+                self._end_block()
+            self._index += 1
+            if self._index == len(self.order):
+                return True
+            self._count = 0
+            if self.order[self._index][0] == "trainmon":
+                self._monitor = self.driver.attach(self.out / f"block-{self._index}")
+        return False
+
+    def _end_block(self) -> None:
+        monitor = self._monitor
+        if monitor is not None:
+            monitor.flush()
+        wall, cpu = time.perf_counter() - self._t0, time.thread_time() - self._c0
+        name, recorded = self.order[self._index]
+        if recorded:
+            self.blocks[name].append((1e3 * wall / self.steps, 1e3 * cpu / self.steps))
+        if monitor is not None:
+            seen, dropped = self.logged[name]
+            self.logged[name] = (
+                seen + monitor.progress()[1],
+                dropped + monitor.dropped_events,
+            )
+            self.driver.detach()
+            self._monitor = None
 
 
-# ---- the three frameworks: each runs its own loop until its baton says stop ------------------
+# ---- the three frameworks: each runs its own loop until the schedule is done ----------------
 
 
-def run_transformers(baton: Baton, out: Path, with_trainmon: bool) -> None:
+def run_transformers(blocks: Blocks) -> None:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from trainmon.integrations.transformers import TrainmonCallback
@@ -135,16 +162,43 @@ def run_transformers(baton: Baton, out: Path, with_trainmon: bool) -> None:
         def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
             return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
 
-    driver = TrainmonCallback(trainmon_config(out, baton.name)) if with_trainmon else None
+    class Switch(TrainerCallback):
+        """Hands every Trainer event to the attached driver, if any."""
+
+        inner: Any = None
+
+    def forwarding(event: str) -> Callable[..., Any]:
+        def forward(self: Switch, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self.inner is not None:
+                return getattr(self.inner, event)(args, state, control, **kwargs)
+            return None
+
+        return forward
+
+    for event in [name for name in vars(TrainerCallback) if name.startswith("on_")]:
+        setattr(Switch, event, forwarding(event))
+    switch = Switch()
+    now: dict[str, Any] = {}  # the current step end's arguments, for attaching
+
+    def attach(folder: Path) -> Any:
+        driver = TrainmonCallback(trainmon_config(folder, "trainmon"))
+        driver.on_train_begin(now["args"], now["state"], now["control"], **now["kwargs"])
+        switch.inner = driver
+        return driver.monitor
+
+    def detach() -> None:
+        driver, switch.inner = switch.inner, None
+        driver.on_train_end(now["args"], now["state"], now["control"], **now["kwargs"])
+
+    blocks.driver.attach, blocks.driver.detach = attach, detach
 
     class Clock(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if driver is not None and baton.monitor is None:
-                baton.monitor = driver.monitor
-            control.should_training_stop = baton.tick()
+            now.update(args=args, state=state, control=control, kwargs=kwargs)
+            control.should_training_stop = blocks.tick()
 
     args = TrainingArguments(
-        output_dir=str(out / baton.name),
+        output_dir=str(blocks.out / "hf"),
         max_steps=10**7,
         per_device_train_batch_size=BATCH,
         learning_rate=1e-3,
@@ -155,11 +209,10 @@ def run_transformers(baton: Baton, out: Path, with_trainmon: bool) -> None:
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
-    callbacks: list[Any] = [Clock(), *([driver] if driver is not None else [])]
-    Trainer(model=Net(), args=args, train_dataset=Pool(), callbacks=callbacks).train()
+    Trainer(model=Net(), args=args, train_dataset=Pool(), callbacks=[switch, Clock()]).train()
 
 
-def run_lightning(baton: Baton, out: Path, with_trainmon: bool) -> None:
+def run_lightning(blocks: Blocks) -> None:
     from trainmon.integrations.lightning import PACKAGE, TrainmonCallback, TrainmonLogger
 
     pl: Any = __import__(PACKAGE, fromlist=["Trainer"])
@@ -177,67 +230,103 @@ def run_lightning(baton: Baton, out: Path, with_trainmon: bool) -> None:
         def configure_optimizers(self) -> Any:
             return torch.optim.Adam(self.parameters(), lr=1e-3)
 
+    class Switch(pl.Callback):  # type: ignore[misc]
+        """Hands the per-batch hooks the driver uses to the attached driver, if any."""
+
+        inner: Any = None
+
+    def forwarding(hook: str) -> Callable[..., Any]:
+        def forward(self: Any, *args: Any) -> None:
+            if self.inner is not None:
+                getattr(self.inner, hook)(*args)
+
+        return forward
+
+    for hook in (
+        "on_train_batch_start",
+        "on_before_backward",
+        "on_after_backward",
+        "on_before_optimizer_step",
+        "on_train_batch_end",
+    ):
+        setattr(Switch, hook, forwarding(hook))
+    switch = Switch()
+    net = Net()
+    trainer_of: list[Any] = []
+    logger_of: list[Any] = []
+
+    def attach(folder: Path) -> Any:
+        trainer = trainer_of[0]
+        logger = TrainmonLogger(trainmon_config(folder, "trainmon"))
+        driver = TrainmonCallback(logger=logger)
+        trainer.loggers = [logger]
+        driver.setup(trainer, net, "fit")
+        driver.on_train_start(trainer, net)
+        switch.inner, logger_of[:] = driver, [logger]
+        return driver.monitor
+
+    def detach() -> None:
+        trainer = trainer_of[0]
+        driver, switch.inner = switch.inner, None
+        driver.teardown(trainer, net, "fit")
+        logger_of.pop().finalize("success")
+        trainer.loggers = []
+
+    blocks.driver.attach, blocks.driver.detach = attach, detach
+
     class Clock(pl.Callback):  # type: ignore[misc]
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-            if driver is not None and baton.monitor is None:
-                baton.monitor = driver.monitor
-            if baton.tick():
+            trainer_of[:] = [trainer]
+            if blocks.tick():
                 trainer.should_stop = True
 
-    logger = TrainmonLogger(trainmon_config(out, baton.name)) if with_trainmon else None
-    driver = TrainmonCallback(logger=logger) if logger is not None else None
-    callbacks = [Clock(), *([driver] if driver is not None else [])]
     trainer = pl.Trainer(
         max_steps=10**7,
         accelerator="cpu",
         devices=1,
-        logger=logger if logger is not None else False,
-        callbacks=callbacks,
+        logger=False,
+        callbacks=[switch, Clock()],
         log_every_n_steps=10,
         enable_progress_bar=False,
         enable_checkpointing=False,
         enable_model_summary=False,
     )
-    loader = torch.utils.data.DataLoader(Pool(), batch_size=BATCH)
-    trainer.fit(Net(), loader)
+    trainer.fit(net, torch.utils.data.DataLoader(Pool(), batch_size=BATCH))
 
 
-def run_accelerate(baton: Baton, out: Path, with_trainmon: bool) -> None:
-    accelerator = ACCELERATOR[0]  # one per process, with the tracker: bare never logs
+def run_accelerate(blocks: Blocks) -> None:
+    from accelerate import Accelerator  # type: ignore[import-untyped]
+
+    from trainmon.integrations.accelerate import TrainmonTracker
+
+    accelerator = Accelerator(cpu=True)
     model = mlp()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loader = torch.utils.data.DataLoader(Pool(), batch_size=BATCH)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    if with_trainmon:
-        baton.monitor = accelerator.get_tracker("trainmon", unwrap=True)
+
+    def attach(folder: Path) -> Any:
+        tracker = TrainmonTracker(trainmon_config(folder, "trainmon"), samples_per_step=BATCH)
+        tracker.start()
+        accelerator.trackers.append(tracker)
+        return tracker.tracker
+
+    def detach() -> None:
+        accelerator.trackers.pop().finish()
+
+    blocks.driver.attach, blocks.driver.detach = attach, detach
     for step, batch in enumerate(loader, start=1):
         loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["labels"])
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        if with_trainmon:
-            accelerator.log({"train/loss": loss.detach(), "train/lr": 1e-3}, step=step)
-        if baton.tick():
+        # with no tracker attached, accelerator.log does nothing: what a bare loop pays
+        accelerator.log({"train/loss": loss.detach(), "train/lr": 1e-3}, step=step)
+        if blocks.tick():
             break
 
 
-ACCELERATOR: list[Any] = []
-
-
-def shared_accelerator(out: Path) -> None:
-    """Accelerate keeps one state per process: one Accelerator, holding trainmon's tracker,
-    serves every variant (only the trainmon variant calls ``accelerator.log``)."""
-    from accelerate import Accelerator  # type: ignore[import-untyped]
-
-    from trainmon.integrations.accelerate import TrainmonTracker
-
-    tracker = TrainmonTracker(trainmon_config(out, "trainmon"), samples_per_step=BATCH)
-    accelerator = Accelerator(cpu=True, log_with=[tracker])
-    accelerator.init_trackers("bench")
-    ACCELERATOR.append(accelerator)
-
-
-RUNNERS: dict[str, Callable[[Baton, Path, bool], None]] = {
+RUNNERS: dict[str, Callable[[Blocks], None]] = {
     "transformers": run_transformers,
     "lightning": run_lightning,
     "accelerate": run_accelerate,
@@ -245,51 +334,27 @@ RUNNERS: dict[str, Callable[[Baton, Path, bool], None]] = {
 
 
 def measure(framework: str, rounds: int, steps: int, warmup: int, seed: int) -> dict[str, Any]:
-    """Every variant of one framework, interleaved by the baton; the blocks of each."""
+    """One loop of ``framework`` through every block of the schedule; the blocks' figures."""
     torch.set_num_threads(1)
-    out = Path(tempfile.mkdtemp(prefix=f"bench-{framework}-"))
-    batons = {name: Baton(name, steps) for name in VARIANTS}
-    threads = [
-        threading.Thread(
-            target=RUNNERS[framework],
-            args=(batons[name], out, name == "trainmon"),
-            name=f"train-{name}",
-        )
-        for name in VARIANTS
-    ]
     rng = random.Random(seed)
-    if framework == "accelerate":
-        shared_accelerator(out)
+    order: list[tuple[str, bool]] = []
+    harness.interleaved_rounds(
+        list(VARIANTS),
+        rounds,
+        lambda name, _index, recorded: order.append((name, recorded)),
+        rng=rng,
+        warmup_rounds=warmup,
+    )
+    out = Path(tempfile.mkdtemp(prefix=f"bench-{framework}-"))
+    blocks = Blocks(order, steps, out)
     try:
-        for name, thread in zip(VARIANTS, threads, strict=True):
-            thread.start()  # one at a time: each builds its loop and waits after step 1
-            while thread.is_alive() and not batons[name].waiting.wait(0.1):
-                pass
-            if not thread.is_alive():
-                raise SystemExit(f"{framework} {name}: the loop ended before its first step")
-
-        def turn(name: str, index: int, recorded: bool) -> None:
-            baton = batons[name]
-            baton.done.clear()
-            baton.turn.set()
-            baton.done.wait()
-            if not recorded:
-                baton.blocks.pop()
-
-        harness.interleaved_rounds(list(VARIANTS), rounds, turn, rng=rng, warmup_rounds=warmup)
+        RUNNERS[framework](blocks)
     finally:
-        for baton in batons.values():
-            baton.stop = True
-            baton.turn.set()
-        for thread in threads:
-            thread.join(60)
-        for accelerator in ACCELERATOR:
-            accelerator.end_training()
         shutil.rmtree(out, ignore_errors=True)
-    return {
-        "blocks": {name: baton.blocks for name, baton in batons.items()},
-        "logged": {name: baton.logged for name, baton in batons.items()},
-    }
+    done = sum(len(b) for b in blocks.blocks.values())
+    if done != rounds * len(VARIANTS):
+        raise SystemExit(f"{framework}: the loop ended after {done} of {rounds * 3} blocks")
+    return {"blocks": blocks.blocks, "logged": blocks.logged}
 
 
 def report(framework: str, blocks: dict[str, list[list[float]]], seed: int) -> dict[str, Any]:
