@@ -21,7 +21,7 @@ against the bare block of the same round, with a bootstrap 95 % interval; the tr
 thread's CPU beside it.
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_frameworks.py [--frameworks
-transformers,lightning,accelerate] [--rounds 60] [--steps 50] [--json out.json]`` (about 2
+transformers,lightning,accelerate] [--rounds 40] [--steps 100] [--json out.json]`` (about 3
 minutes per framework); ``--quick`` is a smoke run whose numbers are noise.
 """
 
@@ -389,8 +389,8 @@ def report(framework: str, blocks: dict[str, list[list[float]]], seed: int) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
-    parser.add_argument("--rounds", type=int, default=60)
-    parser.add_argument("--steps", type=int, default=50, help="steps per block")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=100, help="steps per block (about 1 s)")
     parser.add_argument("--warmup", type=int, default=3, help="rounds not recorded")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every block and figure here")
