@@ -48,6 +48,10 @@ FRAMEWORKS = ("transformers", "lightning", "accelerate")
 VARIANTS = ("bare", "bare-twin", "trainmon")
 WIDTH, LAYERS, BATCH = 512, 4, 32
 SETTLE_STEPS = 5  # untimed steps after attaching (the first step builds what is lazy)
+#: glibc moves its mmap threshold (and with it the trim threshold) as blocks are freed, so
+#: whether a step's large tensors come from fresh pages or reused ones depends on what else
+#: the process allocated; fixed thresholds take that out of the comparison
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
 def trainmon_config(out: Path, job: str) -> dict[str, Any]:
@@ -394,6 +398,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="rounds not recorded")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every block and figure here")
+    parser.add_argument(
+        "--fixed-malloc",
+        action="store_true",
+        help="run the workers with glibc's mmap and trim thresholds fixed (see FIXED_MALLOC)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: numbers are noise")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one framework, in this process
     args = parser.parse_args()
@@ -412,12 +421,14 @@ def main() -> None:
     print(
         f"{args.rounds} rounds x {args.steps} steps per block, {LAYERS} x Linear({WIDTH}, "
         f"{WIDTH}), batch {BATCH}, one torch thread; trainmon: TB + CSV + JSONL + breakdown"
+        + ("; glibc malloc thresholds fixed" if args.fixed_malloc else "")
     )
     results: dict[str, Any] = {"machine": info, "frameworks": {}}
     for framework in frameworks:
         passed = ["--worker", framework, "--rounds", str(args.rounds), "--steps", str(args.steps)]
         passed += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
-        answer = harness.run_worker(__file__, passed, timeout_s=3600)
+        env = FIXED_MALLOC if args.fixed_malloc else None
+        answer = harness.run_worker(__file__, passed, env=env, timeout_s=3600)
         if "error" in answer:
             print(f"\n{framework}: {answer['error']}", file=sys.stderr)
             results["frameworks"][framework] = answer
