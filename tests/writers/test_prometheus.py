@@ -472,8 +472,12 @@ def test_a_hung_pushgateway_holds_the_writer_no_longer_than_timeout_s(tmp_path: 
         writer = _writer(monitor)
         monitor.log({"train/loss": 1.0}, step=0)
         started = time.monotonic()
-        assert monitor.flush(timeout=30)
-        assert time.monotonic() - started < 2.0
+        flushed = monitor.flush(timeout=30)
+        waited = time.monotonic() - started
+        assert waited < 2.0
+        # on a loaded machine a push can outlast full_wait_s (1 s): flush then says the lane
+        # was stuck instead of waiting for it, which is the bound this test is about
+        assert flushed or waited >= 1.0
         started = time.monotonic()
         monitor.close()
         assert time.monotonic() - started < 2.0
