@@ -54,10 +54,15 @@ SETTLE_STEPS = 5  # untimed steps after attaching (the first step builds what is
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
+#: the driver's ``trainmon`` section (``--trainmon-section``), e.g. ``{"grad_norm_every": 0}``
+TRAINMON_SECTION: dict[str, Any] = {}
+
+
 def trainmon_config(out: Path, job: str) -> dict[str, Any]:
     """What ``bench_attach.py`` turns on: every file writer, the breakdown, windows of 10."""
     folder = {"output_path": str(out), "job_name": job}
     return {
+        "trainmon": dict(TRAINMON_SECTION),
         "steps_per_print": 10,
         "wall_clock_breakdown": True,
         "console": {"enabled": False},
@@ -405,11 +410,18 @@ def main() -> None:
         action="store_true",
         help="run the workers with glibc's mmap and trim thresholds fixed (see FIXED_MALLOC)",
     )
+    parser.add_argument(
+        "--trainmon-section",
+        type=json.loads,
+        default={},
+        help='the driver\'s "trainmon" section as JSON, e.g. \'{"grad_norm_every": 0}\'',
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: numbers are noise")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one framework, in this process
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.steps, args.warmup = 3, 4, 1
+    TRAINMON_SECTION.update(args.trainmon_section)
     if args.worker:
         harness.emit_result(measure(args.worker, args.rounds, args.steps, args.warmup, args.seed))
         return
@@ -424,11 +436,17 @@ def main() -> None:
         f"{args.rounds} rounds x {args.steps} steps per block, {LAYERS} x Linear({WIDTH}, "
         f"{WIDTH}), batch {BATCH}, one torch thread; trainmon: TB + CSV + JSONL + breakdown"
         + ("; glibc malloc thresholds fixed" if args.fixed_malloc else "")
+        + (
+            f"; trainmon section {json.dumps(args.trainmon_section)}"
+            if args.trainmon_section
+            else ""
+        )
     )
     results: dict[str, Any] = {"machine": info, "frameworks": {}}
     for framework in frameworks:
         passed = ["--worker", framework, "--rounds", str(args.rounds), "--steps", str(args.steps)]
         passed += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
+        passed += ["--trainmon-section", json.dumps(args.trainmon_section)]
         env = FIXED_MALLOC if args.fixed_malloc else None
         answer = harness.run_worker(__file__, passed, env=env, timeout_s=3600)
         if "error" in answer:
