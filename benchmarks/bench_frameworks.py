@@ -43,10 +43,10 @@ from typing import Any
 import torch
 
 import harness
+from deepspeed_bench.contenders import BATCH, BY_NAME, LAYERS, WIDTH, attach_config, build_model
 
 FRAMEWORKS = ("transformers", "lightning", "accelerate")
 VARIANTS = ("bare", "bare-twin", "trainmon")
-WIDTH, LAYERS, BATCH = 512, 4, 32
 SETTLE_STEPS = 5  # untimed steps after attaching (the first step builds what is lazy)
 #: glibc moves its mmap threshold (and with it the trim threshold) as blocks are freed, so
 #: whether a step's large tensors come from fresh pages or reused ones depends on what else
@@ -58,27 +58,19 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_
 TRAINMON_SECTION: dict[str, Any] = {}
 
 
-def trainmon_config(out: Path, job: str) -> dict[str, Any]:
-    """What ``bench_attach.py`` turns on: every file writer, the breakdown, windows of 10."""
-    folder = {"output_path": str(out), "job_name": job}
-    return {
-        "trainmon": dict(TRAINMON_SECTION),
-        "steps_per_print": 10,
-        "wall_clock_breakdown": True,
-        "console": {"enabled": False},
-        "tensorboard": {"enabled": True, **folder},
-        "csv_monitor": {"enabled": True, **folder},
-        "jsonl": {"enabled": True, **folder},
-    }
+def trainmon_config(out: Path) -> dict[str, Any]:
+    """``bench_attach.py``'s ``attach`` contender (every file writer, the breakdown), with the
+    windows of 10 steps DeepSpeed's config gives it there."""
+    config = attach_config(BY_NAME["attach"], out)
+    config["steps_per_print"] = 10
+    config["trainmon"] = {**config.get("trainmon", {}), **TRAINMON_SECTION}
+    return config
 
 
-def mlp() -> torch.nn.Sequential:
+def mlp() -> torch.nn.Module:
     """The model ``bench_attach.py`` trains, so the two benchmarks' figures compare."""
-    torch.manual_seed(0)
-    layers: list[torch.nn.Module] = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers[:-1])
+    model: torch.nn.Module = build_model(tiny=False)
+    return model
 
 
 class Pool(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -191,7 +183,7 @@ def run_transformers(blocks: Blocks) -> None:
     now: dict[str, Any] = {}  # the current step end's arguments, for attaching
 
     def attach(folder: Path) -> Any:
-        driver = TrainmonCallback(trainmon_config(folder, "trainmon"))
+        driver = TrainmonCallback(trainmon_config(folder))
         driver.on_train_begin(now["args"], now["state"], now["control"], **now["kwargs"])
         switch.inner = driver
         return driver.monitor
@@ -267,7 +259,7 @@ def run_lightning(blocks: Blocks) -> None:
 
     def attach(folder: Path) -> Any:
         trainer = trainer_of[0]
-        logger = TrainmonLogger(trainmon_config(folder, "trainmon"))
+        logger = TrainmonLogger(trainmon_config(folder))
         driver = TrainmonCallback(logger=logger)
         trainer.loggers = [logger]
         driver.setup(trainer, net, "fit")
@@ -316,7 +308,7 @@ def run_accelerate(blocks: Blocks) -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     def attach(folder: Path) -> Any:
-        tracker = TrainmonTracker(trainmon_config(folder, "trainmon"), samples_per_step=BATCH)
+        tracker = TrainmonTracker(trainmon_config(folder), samples_per_step=BATCH)
         tracker.start()
         accelerator.trackers.append(tracker)
         return tracker.tracker

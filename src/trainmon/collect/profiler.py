@@ -322,8 +322,7 @@ def _fastest_pace(looks: deque[tuple[float, int]]) -> float:
     """Steps per second between the two consecutive looks (of ``(time, step)``) that saw the
     most; ``math.inf`` until two looks at least 0.1 s apart."""
     best = -1.0
-    seen = list(looks)
-    for (then, first), (now, last) in itertools.pairwise(seen):
+    for (then, first), (now, last) in itertools.pairwise(looks):
         if now - then >= 0.1:
             best = max(best, (last - first) / (now - then))
     return best if best >= 0 else math.inf
