@@ -29,7 +29,9 @@ What this cannot show: anything a process gets from starting trainmon once and k
 
 Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_attach.py
 [--rounds 60] [--steps 100] [--only attach,attach-writers] [--json out.json] [--out DIR]
-[--tiny]`` (``--out``: where the writers' files go, e.g. a tmpfs to leave the disk out);
+[--tiny] [--device cuda]`` (``--out``: where the writers' files go, e.g. a tmpfs to leave the
+disk out; ``--device cuda``: the engine on a GPU, where each block's wall time ends when the
+device has finished its steps);
 ``--quick`` is a smoke run (numbers are noise).
 """
 
@@ -77,7 +79,12 @@ class OneEngine:
     """The engine every contender steps, and one block of a contender on it."""
 
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
-        self.engine, batches = one_rank_engine(BY_NAME["bare"], out, args.tiny)
+        self.engine, batches = one_rank_engine(BY_NAME["bare"], out, args.tiny, args.device)
+        self.sync = None
+        if args.device == "cuda":
+            import torch
+
+            self.sync = torch.cuda.synchronize
         self.batches = [batches[i % len(batches)] for i in range(args.steps)]
         self.warmup = [batches[i % len(batches)] for i in range(args.warmup)]
         self.out = out
@@ -104,7 +111,7 @@ class OneEngine:
             if monitor is not None:
                 monitor.flush()
             gc.collect()  # attach's own garbage: its full collection must not land in the block
-            return time_block(self.engine, self.batches, monitor)
+            return time_block(self.engine, self.batches, monitor, self.sync)
         finally:
             if monitor is not None:
                 detach(self.engine)
@@ -122,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="Linear(16, 16): the fixed cost")
     parser.add_argument(
         "--only", default=",".join(DEFAULT_ONLY), help="comma-separated contenders (+ bare)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the engine trains (cuda: NCCL, and each block ends by waiting for the device)",
     )
     parser.add_argument("--json", type=Path, help="write the comparisons here")
     parser.add_argument(
@@ -162,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     setup = (
-        f"{model_label(args.tiny)}, batch {BATCH}, ONE engine, {args.rounds} rounds x "
+        f"{model_label(args.tiny)}, batch {BATCH}, on {args.device}, ONE engine, "
+        f"{args.rounds} rounds x "
         f"{args.steps} steps per contender (+{args.warmup} untimed after each attach), "
         f"load {load_start} -> {harness.load_average()}"
     )

@@ -13,6 +13,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,13 +190,16 @@ def build_model(tiny: bool) -> Any:
     return torch.nn.Sequential(*layers)
 
 
-def one_rank_engine(contender: Contender, out: Path, tiny: bool) -> tuple[Any, list[Any]]:
-    """A DeepSpeed engine on one gloo rank of its own (a free port: several run side by side),
-    one training thread, and a block's worth of fixed batches (``BLOCK_BATCHES``)."""
+def one_rank_engine(
+    contender: Contender, out: Path, tiny: bool, device: str = "cpu"
+) -> tuple[Any, list[Any]]:
+    """A DeepSpeed engine on one rank of its own (gloo on the CPU, NCCL on ``device="cuda"``;
+    a free port: several run side by side), one training thread, and a block's worth of fixed
+    batches (``BLOCK_BATCHES``) on the device."""
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         os.environ[key] = value
     os.environ["WORLD_SIZE"] = "1"
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("DS_ACCELERATOR", device)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
@@ -205,7 +209,7 @@ def one_rank_engine(contender: Contender, out: Path, tiny: bool) -> tuple[Any, l
     torch.set_num_threads(1)
     sys.setswitchinterval(contender.switch_s)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
     model = build_model(tiny)
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=ds_config(contender, out)
@@ -213,7 +217,10 @@ def one_rank_engine(contender: Contender, out: Path, tiny: bool) -> tuple[Any, l
     gen = torch.Generator().manual_seed(1)
     width = TINY if tiny else WIDTH
     batches = [
-        (torch.randn(BATCH, width, generator=gen), torch.randn(BATCH, width, generator=gen))
+        (
+            torch.randn(BATCH, width, generator=gen).to(device),
+            torch.randn(BATCH, width, generator=gen).to(device),
+        )
         for _ in range(BLOCK_BATCHES)
     ]
     return engine, batches
@@ -228,9 +235,12 @@ def train_step(engine: Any, batch: tuple[Any, Any]) -> None:
     engine.step()
 
 
-def time_block(engine: Any, batches: list[Any], monitor: Any) -> dict[str, Any]:
-    """One timed block: a step per batch (wall and thread CPU each), then ``monitor.flush()``
-    (when there is a monitor), all of it timed, and the process's CPU over the whole."""
+def time_block(
+    engine: Any, batches: list[Any], monitor: Any, sync: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+    """One timed block: a step per batch (wall and thread CPU each), then ``sync()`` (on a GPU:
+    the steps' device work; the host runs ahead of it) and ``monitor.flush()`` (when there is a
+    monitor), all of it timed, and the process's CPU over the whole."""
     perf, thread_cpu, process_cpu = (
         time.perf_counter_ns,
         time.thread_time_ns,
@@ -246,6 +256,8 @@ def time_block(engine: Any, batches: list[Any], monitor: Any) -> dict[str, Any]:
         cpus.append(c1 - c0)
     backlog = monitor.pending_events if monitor is not None else 0
     c0, w0 = thread_cpu(), perf()
+    if sync is not None:
+        sync()
     if monitor is not None:
         monitor.flush()
     w1, c1 = perf(), thread_cpu()
