@@ -133,13 +133,49 @@ def test_norm_of_norms_resolves_the_same_with_or_without_a_graph() -> None:
     assert torch.is_grad_enabled()
 
 
+def test_cuda_memory_probes_read_the_allocator_once_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA memory probes give MiB and a retry count from one read of the allocator's
+    nested stats, shared by every probe resolved within a batch."""
+    reads: list[Any] = []
+    stats = {
+        "allocated_bytes": {"all": {"current": 3 * 2**20, "peak": 5 * 2**20}},
+        "reserved_bytes": {"all": {"current": 8 * 2**20}},
+        "num_alloc_retries": 2,
+    }
+
+    def nested(device: Any) -> dict[str, Any]:
+        reads.append(device)
+        return stats
+
+    monkeypatch.setattr(torch.cuda, "memory_stats_as_nested_dict", nested)
+    probes = meters.cuda_memory_probes("cuda:1")
+    values = {name: probe.resolve() for name, probe in probes.items()}
+    assert values == {
+        "allocated_mb": 3.0,
+        "peak_allocated_mb": 5.0,
+        "reserved_mb": 8.0,
+        "alloc_retries": 2,
+    }
+    assert reads == ["cuda:1"]
+    stats = {}  # an allocator that has not allocated yet reads as zeros
+    time.sleep(0.03)
+    assert probes["reserved_mb"].resolve() == 0.0 and probes["alloc_retries"].resolve() == 0
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_memory_counters() -> None:  # pragma: no cover - no GPU in CI
-    """CUDA memory counters are non-negative MiB and the retry count an integer."""
+    """CUDA memory probes agree with torch's own counters."""
     device = torch.device("cuda")
-    allocated, peak, reserved = meters.cuda_memory_mb(device)
-    assert 0.0 <= allocated <= peak and allocated <= reserved
-    assert isinstance(meters.cuda_alloc_retries(device), int)
+    hold = torch.empty(64 * 2**20, dtype=torch.uint8, device=device)
+    probes = meters.cuda_memory_probes(device)
+    values = {name: probe.resolve() for name, probe in probes.items()}
+    assert values["allocated_mb"] == torch.cuda.memory_allocated(device) / 2**20 >= 64
+    assert values["peak_allocated_mb"] == torch.cuda.max_memory_allocated(device) / 2**20
+    assert values["reserved_mb"] == torch.cuda.memory_reserved(device) / 2**20
+    assert isinstance(values["alloc_retries"], int)
+    del hold
 
 
 # ---- span timers -------------------------------------------------------------------------------

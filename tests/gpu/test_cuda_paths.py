@@ -4,10 +4,10 @@ CUDA memory counters, tensor values read in the background, NVML figures.
 Skipped without a CUDA device (CI has none). Each test steps a model heavy enough that the
 device runs milliseconds behind the host, so a host timer or a premature read would show:
 a host-timed forward reads tens of microseconds where the device took milliseconds, and a
-value read before its kernel finished is wrong. Waits are counted per thread with torch's
-sync debug mode ("warn") plus counters on ``Event.synchronize``, ``Stream.synchronize`` and
-``torch.cuda.synchronize`` (the debug mode does not cover event waits), always against the
-same loop without trainmon.
+value read before its kernel finished is wrong. Waits are counted per thread and call site
+with torch's sync debug mode ("warn") plus counters on ``Event.synchronize``,
+``Stream.synchronize`` and ``torch.cuda.synchronize`` (the debug mode does not cover event
+waits), always against the same loop without trainmon.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import socket
 import statistics
 import threading
+import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,17 +39,44 @@ MIB = 1024 * 1024
 SYNC_WARNING = "synchronizing CUDA operation"
 
 
-@contextmanager
-def waits_by_thread() -> Iterator[Counter[str]]:
-    """Counts, by thread name, each call that makes the host wait for the device."""
-    seen: Counter[str] = Counter()
+class Waits:
+    """Calls that made the host wait for the device, by thread and by call site."""
 
-    def note() -> None:
-        seen[threading.current_thread().name] += 1
+    def __init__(self) -> None:
+        self.by_thread: Counter[str] = Counter()
+        self.sites: Counter[tuple[str, str]] = Counter()
+
+    def note(self) -> None:
+        thread = threading.current_thread().name
+        frames = [
+            f
+            for f in traceback.extract_stack()
+            if "/torch/" not in f.filename
+            and not f.filename.endswith("warnings.py")
+            and not (f.filename == __file__ and f.name in HELPERS)
+        ]
+        site = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-1:-5:-1])
+        self.by_thread[thread] += 1
+        self.sites[thread, site] += 1
+
+    def added(self, bare: Waits, thread: str) -> dict[str, int]:
+        """The call sites on ``thread`` that waited more often here than in ``bare``."""
+        mine = Counter({s: n for (t, s), n in self.sites.items() if t == thread})
+        theirs = Counter({s: n for (t, s), n in bare.sites.items() if t == thread})
+        return dict(mine - theirs)
+
+
+HELPERS = {"note", "wrapper", "show"}
+
+
+@contextmanager
+def waits_by_thread() -> Iterator[Waits]:
+    """Counts each call that makes the host wait for the device, with its thread and site."""
+    seen = Waits()
 
     def counted(method: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            note()
+            seen.note()
             return method(*args, **kwargs)
 
         return wrapper
@@ -63,7 +91,7 @@ def waits_by_thread() -> Iterator[Counter[str]]:
 
     def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
         if SYNC_WARNING in str(message):
-            note()
+            seen.note()
         else:
             shown(message, category, *args, **kwargs)
 
@@ -182,7 +210,7 @@ def test_engine_on_cuda_times_the_device_and_never_waits_on_the_training_thread(
             engine.step()
             losses.append(loss.detach())
     main = threading.main_thread().name
-    assert waits[main] <= bare_waits[main], (dict(waits), dict(bare_waits))
+    assert waits.by_thread[main] <= bare_waits.by_thread[main], waits.added(bare_waits, main)
     engine.close()
     peak_mb = torch.cuda.max_memory_allocated() / MIB
     got = journal(tmp_path / "job")
@@ -221,8 +249,8 @@ def test_cuda_tensors_are_read_after_their_kernels_without_a_wait(tmp_path: Path
             monitor.log_histogram("t/row", b[0])
             kept[step] = values
         main = threading.main_thread().name
-        main_waits = waits[main]
-    assert main_waits == 0, dict(waits)
+        main_waits = dict(waits.sites)
+    assert not any(thread == main for thread, _ in main_waits), main_waits
     got = journal(tmp_path / "job")
     for i in range(16):
         expected = {step: values[i].item() for step, values in kept.items()}
@@ -305,7 +333,8 @@ def test_attach_to_deepspeed_on_cuda(tmp_path: Path) -> None:
             for _ in range(STEPS):
                 step()
         main = threading.main_thread().name
-        assert waits[main] <= bare_waits[main], (dict(waits), dict(bare_waits))
+        added = waits.added(bare_waits, main)
+        assert waits.by_thread[main] <= bare_waits.by_thread[main], added
         assert monitor.enabled
         detach(engine)  # closes trainmon's monitor
     finally:

@@ -175,23 +175,65 @@ def total_grad_norm(grads: list[Any], same_device_and_dtype: bool) -> Any:
     return torch.linalg.vector_norm(torch.stack(norms))
 
 
-def cuda_memory_mb(device: Any) -> tuple[float, float, float]:
-    """(allocated, peak allocated, reserved) MiB of ``device``: host-side allocator counters."""
-    import torch
-
-    cuda = torch.cuda
-    return (
-        cuda.memory_allocated(device) * _MB,
-        cuda.max_memory_allocated(device) * _MB,
-        cuda.memory_reserved(device) * _MB,
-    )
+#: ``mem/<field>`` on CUDA and where it sits in ``torch.cuda.memory_stats_as_nested_dict``.
+CUDA_MEMORY_FIELDS: dict[str, tuple[str, ...]] = {
+    "allocated_mb": ("allocated_bytes", "all", "current"),
+    "peak_allocated_mb": ("allocated_bytes", "all", "peak"),
+    "reserved_mb": ("reserved_bytes", "all", "current"),
+    "alloc_retries": ("num_alloc_retries",),
+}
 
 
-def cuda_alloc_retries(device: Any) -> int:
-    """How often the caching allocator freed its cache and retried (``num_alloc_retries``).
+class _CudaMemorySampler:
+    """The caching allocator's counters of one device, read in one call and reused for
+    ``max_age_s`` (a batch of steps resolves at once).
 
-    ``torch.cuda.memory_stats`` builds a large dict, so callers sample it only now and then.
+    ``torch.cuda.memory_allocated`` and its siblings each flatten and sort the whole stats dict
+    in Python (~0.3 ms apiece, measured on an H200: +1.0 ms a step on the training thread), so
+    the background thread reads the nested dict once instead. No call here waits for the device.
     """
-    import torch
 
-    return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
+    def __init__(self, device: Any, max_age_s: float = 0.02) -> None:
+        self.device = device
+        self.max_age_s = max_age_s
+        self._read_at = -1.0
+        self._values: dict[str, float] = {}
+
+    def read(self, field: str) -> float:
+        """``field`` of :data:`CUDA_MEMORY_FIELDS` now (at most ``max_age_s`` old)."""
+        now = time.monotonic()
+        if now - self._read_at >= self.max_age_s:
+            import torch
+
+            stats = torch.cuda.memory_stats_as_nested_dict(self.device)
+            self._values = {name: _dig(stats, path) for name, path in CUDA_MEMORY_FIELDS.items()}
+            self._read_at = now
+        return self._values[field]
+
+
+def _dig(stats: dict[str, Any], path: tuple[str, ...]) -> float:
+    """The counter at ``path`` (0 where the allocator has none yet): bytes as MiB, counts as is."""
+    value: Any = stats
+    for key in path:
+        value = value.get(key, 0) if isinstance(value, dict) else 0
+    return float(value) * _MB if path[0].endswith("_bytes") else int(value)
+
+
+class CudaMemoryProbe(Deferred):
+    """``mem/<field>`` of a CUDA device, read when resolved on the background thread."""
+
+    __slots__ = ("_field", "_sampler")
+
+    def __init__(self, sampler: _CudaMemorySampler, field: str) -> None:
+        self._sampler = sampler
+        self._field = field
+
+    def resolve(self) -> float:
+        """The counter now, in MiB (a count for ``alloc_retries``)."""
+        return self._sampler.read(self._field)
+
+
+def cuda_memory_probes(device: Any) -> dict[str, CudaMemoryProbe]:
+    """A probe per :data:`CUDA_MEMORY_FIELDS` name for ``device``, sharing one sampler."""
+    sampler = _CudaMemorySampler(device)
+    return {field: CudaMemoryProbe(sampler, field) for field in CUDA_MEMORY_FIELDS}
