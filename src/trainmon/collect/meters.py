@@ -189,8 +189,8 @@ class _CudaMemorySampler:
     ``max_age_s`` (a batch of steps resolves at once).
 
     ``torch.cuda.memory_allocated`` and its siblings each flatten and sort the whole stats dict
-    in Python (~0.3 ms apiece, measured on an H200: +1.0 ms a step on the training thread), so
-    the background thread reads the nested dict once instead. No call here waits for the device.
+    in Python (75 µs apiece on an H200, against 15 µs for the nested dict), so the background
+    thread reads the nested dict once instead. No call here waits for the device.
     """
 
     def __init__(self, device: Any, max_age_s: float = 0.02) -> None:
