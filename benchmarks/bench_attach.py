@@ -29,9 +29,9 @@ What this cannot show: anything a process gets from starting trainmon once and k
 
 Run: ``DS_ACCELERATOR=cpu PYTHONPATH=src .venv/bin/python benchmarks/bench_attach.py
 [--rounds 60] [--steps 100] [--only attach,attach-writers] [--json out.json] [--out DIR]
-[--tiny] [--device cuda]`` (``--out``: where the writers' files go, e.g. a tmpfs to leave the
-disk out; ``--device cuda``: the engine on a GPU, where each block's wall time ends when the
-device has finished its steps);
+[--tiny] [--device cuda] [--width 512] [--batch 32]`` (``--out``: where the writers' files
+go, e.g. a tmpfs to leave the disk out; ``--device cuda``: the engine on a GPU, where each
+block's wall time ends when the device has finished its steps);
 ``--quick`` is a smoke run (numbers are noise).
 """
 
@@ -51,6 +51,7 @@ from deepspeed_bench.contenders import (
     BATCH,
     BY_NAME,
     CONTENDERS,
+    WIDTH,
     Contender,
     attach_config,
     model_label,
@@ -79,7 +80,9 @@ class OneEngine:
     """The engine every contender steps, and one block of a contender on it."""
 
     def __init__(self, args: argparse.Namespace, out: Path) -> None:
-        self.engine, batches = one_rank_engine(BY_NAME["bare"], out, args.tiny, args.device)
+        self.engine, batches = one_rank_engine(
+            BY_NAME["bare"], out, args.tiny, args.device, args.width, args.batch
+        )
         self.sync = None
         if args.device == "cuda":
             import torch
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="where the engine trains (cuda: NCCL, and each block ends by waiting for the device)",
     )
+    parser.add_argument("--width", type=int, default=WIDTH, help="the MLP's width")
+    parser.add_argument("--batch", type=int, default=BATCH, help="samples per step")
     parser.add_argument("--json", type=Path, help="write the comparisons here")
     parser.add_argument(
         "--out", type=Path, help="folder the writers write below (default: a temporary folder)"
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     setup = (
-        f"{model_label(args.tiny)}, batch {BATCH}, on {args.device}, ONE engine, "
+        f"{model_label(args.tiny, args.width)}, batch {args.batch}, on {args.device}, ONE engine, "
         f"{args.rounds} rounds x "
         f"{args.steps} steps per contender (+{args.warmup} untimed after each attach), "
         f"load {load_start} -> {harness.load_average()}"

@@ -120,10 +120,10 @@ BY_NAME = {c.name: c for c in CONTENDERS}
 EXTRA_COMPARISONS = (("attach", "ds"), ("attach-noclip", "attach-noclip-nonorm"))
 
 
-def ds_config(contender: Contender, out: Path) -> dict[str, Any]:
+def ds_config(contender: Contender, out: Path, batch: int = BATCH) -> dict[str, Any]:
     """The DeepSpeed config the engine is built with (DeepSpeed's own monitor sections here)."""
     config: dict[str, Any] = {
-        "train_batch_size": BATCH,
+        "train_batch_size": batch,
         "steps_per_print": 10,
         "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
         "zero_optimization": {"stage": 0},
@@ -171,12 +171,12 @@ def attach_config(contender: Contender, out: Path) -> dict[str, Any]:
     return config
 
 
-def model_label(tiny: bool) -> str:
+def model_label(tiny: bool, width: int = WIDTH) -> str:
     """The model as the tables name it."""
-    return f"Linear({TINY}, {TINY})" if tiny else f"MLP {LAYERS} x Linear({WIDTH}, {WIDTH})"
+    return f"Linear({TINY}, {TINY})" if tiny else f"MLP {LAYERS} x Linear({width}, {width})"
 
 
-def build_model(tiny: bool) -> Any:
+def build_model(tiny: bool, width: int = WIDTH) -> Any:
     import torch
 
     torch.manual_seed(0)
@@ -184,14 +184,19 @@ def build_model(tiny: bool) -> Any:
         return torch.nn.Linear(TINY, TINY)
     layers: list[Any] = []
     for index in range(LAYERS):
-        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        layers.append(torch.nn.Linear(width, width))
         if index < LAYERS - 1:
             layers.append(torch.nn.ReLU())
     return torch.nn.Sequential(*layers)
 
 
 def one_rank_engine(
-    contender: Contender, out: Path, tiny: bool, device: str = "cpu"
+    contender: Contender,
+    out: Path,
+    tiny: bool,
+    device: str = "cpu",
+    width: int = WIDTH,
+    batch: int = BATCH,
 ) -> tuple[Any, list[Any]]:
     """A DeepSpeed engine on one rank of its own (gloo on the CPU, NCCL on ``device="cuda"``;
     a free port: several run side by side), one training thread, and a block's worth of fixed
@@ -210,16 +215,16 @@ def one_rank_engine(
     sys.setswitchinterval(contender.switch_s)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
-    model = build_model(tiny)
+    model = build_model(tiny, width)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=ds_config(contender, out)
+        model=model, model_parameters=model.parameters(), config=ds_config(contender, out, batch)
     )
     gen = torch.Generator().manual_seed(1)
-    width = TINY if tiny else WIDTH
+    width = TINY if tiny else width
     batches = [
         (
-            torch.randn(BATCH, width, generator=gen).to(device),
-            torch.randn(BATCH, width, generator=gen).to(device),
+            torch.randn(batch, width, generator=gen).to(device),
+            torch.randn(batch, width, generator=gen).to(device),
         )
         for _ in range(BLOCK_BATCHES)
     ]

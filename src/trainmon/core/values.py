@@ -401,7 +401,7 @@ def _event_after(torch: Any, copy: Any) -> Any:
     if not copy.is_cuda:
         return None
     event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(copy.device))
+    event.record(torch.cuda.current_stream(copy.get_device()))  # an int: no device parsing
     return event
 
 
