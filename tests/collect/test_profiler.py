@@ -176,3 +176,31 @@ def test_a_request_after_slow_first_steps_leads_by_the_fast_pace(tmp_path: Path)
         profiler.close()
     lead = request["start_step"] - asked_at
     assert lead >= fast_rate * 1.5, (lead, fast_rate)  # 1.5 s of steps at the fast pace
+
+
+def test_a_signal_before_the_pace_is_known_waits_for_it(tmp_path: Path) -> None:
+    """Two ranks, a signal at the watcher's first look (no pace yet): the request is written
+    at a later look, led by the pace measured by then (1.5 s of steps at least), not by a
+    fixed guess that another rank's watcher can miss."""
+    step = [0]
+    profiler = ProfileOnDemand(
+        ProfilerConfig(signal=None),
+        tmp_path,
+        world_size=2,
+        current_step=lambda: step[0],
+        poll_s=0.3,
+    )
+    try:
+        profiler.signalled = True  # before the first look
+        began = time.monotonic()
+        request_file = tmp_path / REQUEST_FILE
+        while not request_file.exists() and time.monotonic() - began < 10:
+            step[0] += 1
+            time.sleep(0.005)
+        written_at, elapsed = step[0], time.monotonic() - began
+        request = json.loads(request_file.read_text())
+    finally:
+        profiler.close()
+    assert elapsed >= 0.5  # not at the first look (0.3 s): the second, with a pace
+    rate = written_at / elapsed
+    assert request["start_step"] - written_at >= rate * 1.5 * 0.8, (request, rate)

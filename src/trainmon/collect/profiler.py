@@ -224,8 +224,7 @@ class ProfileOnDemand:
         rate = _fastest_pace(pace)
         path = self.run_dir / REQUEST_FILE
         if self.signalled:
-            self.signalled = False
-            self._write_request(path, step, rate)
+            self.signalled = not self._write_request(path, step, rate)
         try:
             text = path.read_bytes()
         except OSError:
@@ -251,15 +250,19 @@ class ProfileOnDemand:
             self.rank,
         )
 
-    def _write_request(self, path: Path, step: int, rate: float) -> None:
+    def _write_request(self, path: Path, step: int, rate: float) -> bool:
         """Start ``_LEAD_S`` seconds (at least ``_LEAD_LOOKS`` looks) of steps ahead at the
-        fastest recent pace (20 steps before it is known), so that every rank's watcher has
-        read the request: a pace from slow early steps would start it too soon."""
+        fastest recent pace, so that every rank's watcher has read the request: a pace from
+        slow early steps would start it too soon. With several ranks and no pace yet (a signal
+        before the second look), nothing is written and False returned: the next look knows
+        the pace (a fixed guess of 20 steps was under one look at 40 steps a second)."""
         if self.world_size == 1:
             lead = 1
+        elif rate == math.inf:
+            return False
         else:
             ahead_s = max(_LEAD_S, _LEAD_LOOKS * self.poll_s)
-            lead = 20 if rate == math.inf else max(3, math.ceil(rate * ahead_s) + 2)
+            lead = max(3, math.ceil(rate * ahead_s) + 2)
         request = {
             "id": f"{time.time():.6f}-rank{self.rank}",
             "start_step": step + lead,
@@ -269,6 +272,7 @@ class ProfileOnDemand:
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temp.write_bytes(orjson.dumps(request))
         os.replace(temp, path)
+        return True
 
     # ---- signal and lifecycle --------------------------------------------------------------
 
