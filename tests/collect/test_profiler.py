@@ -144,18 +144,23 @@ def test_a_profile_file_in_the_run_folder_asks_for_a_profile(tmp_path: Path) -> 
     assert not (run / REQUEST_FILE).exists()
 
 
+def _rank_of_two(run: Path, step: list[int], poll_s: float) -> ProfileOnDemand:
+    """One rank's profiler of two, signalled by hand, its loop's step read from ``step[0]``."""
+    return ProfileOnDemand(
+        ProfilerConfig(signal=None),
+        run,
+        world_size=2,
+        current_step=lambda: step[0],
+        poll_s=poll_s,
+    )
+
+
 def test_a_request_after_slow_first_steps_leads_by_the_fast_pace(tmp_path: Path) -> None:
     """Two ranks, the first steps slow (a warm-up), then fast: the request written on a signal
     starts far enough ahead at the fast pace for every rank's watcher to have read it (the
     lead is counted at the fastest recent pace, not the average since the slow steps)."""
     step = [0]
-    profiler = ProfileOnDemand(
-        ProfilerConfig(signal=None),
-        tmp_path,
-        world_size=2,
-        current_step=lambda: step[0],
-        poll_s=0.1,
-    )
+    profiler = _rank_of_two(tmp_path, step, poll_s=0.1)
     try:
         for _ in range(6):  # 4 steps a second
             step[0] += 1
@@ -183,13 +188,7 @@ def test_a_signal_before_the_pace_is_known_waits_for_it(tmp_path: Path) -> None:
     at a later look, led by the pace measured by then (1.5 s of steps at least), not by a
     fixed guess that another rank's watcher can miss."""
     step = [0]
-    profiler = ProfileOnDemand(
-        ProfilerConfig(signal=None),
-        tmp_path,
-        world_size=2,
-        current_step=lambda: step[0],
-        poll_s=0.3,
-    )
+    profiler = _rank_of_two(tmp_path, step, poll_s=0.3)
     try:
         profiler.signalled = True  # before the first look
         began = time.monotonic()
