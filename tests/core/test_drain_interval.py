@@ -67,3 +67,30 @@ def test_a_fast_loop_drains_once_enough_calls_wait_whatever_the_interval() -> No
         while len(writer.values("train/loss")) < WAKE_AT_ENTRIES and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(writer.values("train/loss")) == WAKE_AT_ENTRIES
+
+
+def test_side_events_and_a_drain_reset_do_not_hurry_the_next_drain() -> None:
+    """DeepSpeed's per-step side events do not count towards the busy-queue wake-up, and the
+    count starts again at each drain: ``attach`` at 100 steps a second (a step call and a side
+    call each) drains once a second, not every 128 entries."""
+    from trainmon.core.pipeline import WAKE_AT_ENTRIES
+
+    writer = MemoryWriter()
+    config = {"console": {"enabled": False}, "trainmon": {"drain_interval_s": 30.0}}
+    with Monitor(config, writers=[writer]) as monitor:
+        for step in range(1, WAKE_AT_ENTRIES):
+            monitor.write_events([("train/loss", float(step), step)])
+            monitor.write_side_events([("Train/Samples/loss", float(step), step)], ["csv"])
+        time.sleep(0.5)
+        assert writer.values("train/loss") == []  # 254 entries, 127 calls: no drain yet
+        monitor.flush()  # a drain: the count starts again
+        assert len(writer.values("train/loss")) == WAKE_AT_ENTRIES - 1
+        for step in range(WAKE_AT_ENTRIES, 2 * WAKE_AT_ENTRIES - 1):
+            monitor.write_events([("train/loss", float(step), step)])
+        time.sleep(0.5)
+        assert len(writer.values("train/loss")) == WAKE_AT_ENTRIES - 1
+        monitor.write_events([("train/loss", 0.0, 2 * WAKE_AT_ENTRIES - 1)])
+        deadline = time.monotonic() + 5.0
+        while len(writer.values("train/loss")) < 2 * WAKE_AT_ENTRIES - 1:
+            assert time.monotonic() < deadline, len(writer.values("train/loss"))
+            time.sleep(0.01)

@@ -77,12 +77,15 @@ DEFAULT_DRAIN_INTERVAL_S = 1.0
 #: ... and when one does (a NaN loss, read in the background, stops training a few steps later)
 STOP_RULES_DRAIN_INTERVAL_S = 0.02
 _CHUNK_ENTRIES = 2048
-#: A busy queue (every this many calls) wakes the background thread once ``BUSY_DRAIN_S`` have
-#: passed since its last drain, before its interval. Entries that wait out a whole interval in a
-#: fast loop outlive the young garbage collections and fill the old generation: a loop of
-#: 0.4 ms steps triggered a full collection (~0.14 s, on the training thread) every ~7,500
-#: steps drained every 0.25 s, and none in 30,000 steps drained every 50 ms; a loop of bare
-#: hooks (20,000 calls a second) woken every 128 calls spent its time waking the background.
+#: A busy queue (this many calls since the last drain) wakes the background thread once
+#: ``BUSY_DRAIN_S`` have passed since that drain, before its interval. Side events (DeepSpeed's
+#: ``Train/Samples``, one per step beside the step's own call) do not count: a 10 ms step
+#: would otherwise drain every 0.64 s instead of once a second. Entries that wait out a whole
+#: interval in a fast loop outlive the young garbage collections and fill the old generation:
+#: a loop of 0.4 ms steps triggered a full collection (~0.14 s, on the training thread) every
+#: ~7,500 steps drained every 0.25 s, and none in 30,000 steps drained every 50 ms; a loop of
+#: bare hooks (20,000 calls a second) woken every 128 calls spent its time waking the
+#: background.
 WAKE_AT_ENTRIES = 128
 BUSY_DRAIN_S = 0.05
 
@@ -123,6 +126,7 @@ class Pipeline:
         self._consumed = 0
         self._wakeup = threading.Event()
         self._busy_wake_at = 0.0  # monotonic time after which a busy queue wakes the thread
+        self._calls_since_drain = 0  # the training thread counts, the background resets
         self._stopping = False
         self._closed = False
         self._warned_full = False
@@ -145,9 +149,11 @@ class Pipeline:
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
             return
         self._enqueued += count
-        queue = self._queue
-        queue.append(entry)
-        if len(queue) % WAKE_AT_ENTRIES == 0 and time.monotonic() >= self._busy_wake_at:
+        self._queue.append(entry)
+        calls = self._calls_since_drain + 1
+        self._calls_since_drain = calls
+        if calls >= WAKE_AT_ENTRIES and time.monotonic() >= self._busy_wake_at:
+            self._calls_since_drain = 0
             self._wakeup.set()  # a fast loop: drain now, not at the interval
 
     def _make_room(self, count: int) -> bool:
@@ -181,9 +187,15 @@ class Pipeline:
 
         They go only to the ``every: "step"`` writers whose ``kind`` is in ``kinds``, and never
         into windows, cross-rank statistics or observers (alert rules): their steps are not
-        the training steps, and only one rank logs them.
+        the training steps, and only one rank logs them. They take their place in the bound
+        but do not hurry the drain (:data:`WAKE_AT_ENTRIES`).
         """
-        self.put(SideEvents(wall_time, items, kinds, needs_resolving), len(items))
+        count = len(items)
+        pending = self._enqueued - self._consumed
+        if pending + count > self._capacity and pending > 0 and not self._make_room(count):
+            return
+        self._enqueued += count
+        self._queue.append(SideEvents(wall_time, items, kinds, needs_resolving))
 
     def put_sampled(self, items: Sequence[tuple[str, Number]]) -> None:
         """Queue ``(name, number)`` pairs sampled by another thread (the system sampler).
@@ -302,6 +314,7 @@ class Pipeline:
         while True:
             self._wakeup.wait(self._poll_s)
             self._wakeup.clear()
+            self._calls_since_drain = 0
             self._busy_wake_at = time.monotonic() + BUSY_DRAIN_S
             stopping = self._stopping
             self._drain()
