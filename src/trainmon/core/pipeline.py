@@ -143,13 +143,16 @@ class Pipeline:
 
     # ---- training thread -------------------------------------------------------------------
 
-    def put(self, entry: QueueEntry, count: int) -> None:
-        """Queue one call's events; only a full queue makes it wait briefly or drop (counted)."""
+    def put(self, entry: QueueEntry, count: int, hurry: bool = True) -> None:
+        """Queue one call's events; only a full queue makes it wait briefly or drop (counted).
+        ``hurry``: the call counts towards the busy-queue wake-up (:data:`WAKE_AT_ENTRIES`)."""
         pending = self._enqueued - self._consumed
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
             return
         self._enqueued += count
         self._queue.append(entry)
+        if not hurry:
+            return
         calls = self._calls_since_drain + 1
         self._calls_since_drain = calls
         if calls >= WAKE_AT_ENTRIES and time.monotonic() >= self._busy_wake_at:
@@ -190,12 +193,7 @@ class Pipeline:
         the training steps, and only one rank logs them. They take their place in the bound
         but do not hurry the drain (:data:`WAKE_AT_ENTRIES`).
         """
-        count = len(items)
-        pending = self._enqueued - self._consumed
-        if pending + count > self._capacity and pending > 0 and not self._make_room(count):
-            return
-        self._enqueued += count
-        self._queue.append(SideEvents(wall_time, items, kinds, needs_resolving))
+        self.put(SideEvents(wall_time, items, kinds, needs_resolving), len(items), hurry=False)
 
     def put_sampled(self, items: Sequence[tuple[str, Number]]) -> None:
         """Queue ``(name, number)`` pairs sampled by another thread (the system sampler).
