@@ -145,3 +145,36 @@ def test_long_windows_fold_without_changing_the_statistics() -> None:
     assert window is not None
     y = window.metrics["y"]
     assert (y.count, y.min, y.max, y.mean) == (3000, 1.0, 1.0, math.inf)
+
+
+def test_names_that_come_go_and_change_order_keep_each_metrics_values_in_step_order() -> None:
+    """Records with other names, or the same names in another order, than the step before
+    (an eval metric every few steps, a dict built in another order) still give each metric
+    its own values in step order: count, mean, min, max, last and the first-seen order."""
+    records = []
+    for step in range(1, 2501):  # beyond the fold size: kept runs are folded on the way
+        values: dict[str, float] = {"loss": math.sin(step), "lr": step * 1e-6}
+        if step % 7 == 0:
+            values["eval/acc"] = step / 10
+        if step % 3 == 0:
+            values = dict(reversed(values.items()))
+        records.append(StepScalars(step, float(step), values))
+    for window_steps in (10, 5000):
+        aggregator = WindowAggregator(window_steps)
+        windows = aggregator.add(records)
+        last = aggregator.close()
+        assert last is not None
+        windows.append(last)
+        for window in windows:
+            inside = [r for r in records if window.first_step <= r.step <= window.last_step]
+            expected_order = list(dict.fromkeys(n for r in inside for n in r.values))
+            assert list(window.metrics) == expected_order
+            for name, stats in window.metrics.items():
+                column = [r.values[name] for r in inside if name in r.values]
+                assert (stats.count, stats.min, stats.max, stats.last) == (
+                    len(column),
+                    min(column),
+                    max(column),
+                    column[-1],
+                )
+                assert math.isclose(stats.mean, statistics.fmean(column), rel_tol=1e-12)

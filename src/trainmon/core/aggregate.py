@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter, truediv
 
 from trainmon.core.events import Number, StepScalars
 
@@ -78,8 +79,8 @@ class WindowStats:
         )
 
 
-#: Values kept per metric before they are folded into a partial summary: bounds the memory of
-#: a long (time-based) window while keeping the per-value cost to one list append.
+#: Records kept before their values are folded into partial summaries: bounds the memory of a
+#: long (time-based) window.
 _FOLD_AT = 1024
 
 
@@ -88,7 +89,7 @@ class _Partial:
 
     __slots__ = ("count", "last", "max", "min", "total")
 
-    def __init__(self, values: list[Number]) -> None:
+    def __init__(self, values: Sequence[Number]) -> None:
         self.count = len(values)
         self.total = sum(values)
         self.last = values[-1]
@@ -127,7 +128,12 @@ class WindowAggregator:
         self.window_steps = window_steps
         self.window_seconds = window_seconds
         self._window_id: int | None = None
-        self._pending: dict[str, list[Number]] = {}
+        # the window's records, as runs of records with the same names in the same order
+        self._runs: list[tuple[tuple[str, ...], list[Mapping[str, Number]]]] = []
+        self._run: list[Mapping[str, Number]] = []
+        self._run_names: tuple[str, ...] | None = None
+        self._kept = 0  # records in the runs
+        self._order: dict[str, None] = {}  # the window's names, first seen first
         self._folded: dict[str, _Partial] = {}
         # rate metrics: [Σ rate·step_time, Σ step_time] of this window, and every rate name seen
         self._weighted: dict[str, list[float]] = {}
@@ -152,7 +158,10 @@ class WindowAggregator:
         return -(-record.step // self.window_steps)
 
     def add(self, records: Sequence[StepScalars]) -> list[WindowStats]:
-        """Account ``records``; return the windows they completed, in order."""
+        """Account ``records``; return the windows they completed, in order. A record is kept
+        whole (its values are read at the window's close, column by column: a loop logs the
+        same names each step, so a run of records is transposed in C, not read value by
+        value in Python); records must not change once handed over."""
         done: list[WindowStats] = []
         for record in records:
             window_id = self._id_of(record)
@@ -164,24 +173,31 @@ class WindowAggregator:
                 self._start_time = record.wall_time
             self._last_step = record.step
             self._end_time = record.wall_time
-            pending = self._pending
             values_of = record.values
             time_ms = values_of.get(STEP_TIME_METRIC)
             if time_ms is not None:  # kept for rates logged apart at the same step
                 self._timed_step, self._step_time = record.step, time_ms
-            for name, value in values_of.items():  # runs per value: one append
-                values = pending.get(name)
-                if values is None:
-                    pending[name] = [value]
-                    if name not in self._is_rate:
-                        self._learn(name)
-                else:
-                    values.append(value)
-                    if len(values) >= _FOLD_AT:
-                        self._fold(name, values)
+            names = tuple(values_of)
+            if names != self._run_names:
+                self._start_run(names)
+            self._run.append(values_of)
+            self._kept += 1
             if self._rates:
                 self._weigh(record, time_ms)
+            if self._kept >= _FOLD_AT:
+                self._fold()
         return done
+
+    def _start_run(self, names: tuple[str, ...]) -> None:
+        """A record with other names (or another order) than the one before starts a run."""
+        self._run_names = names
+        self._run = []
+        self._runs.append((names, self._run))
+        for name in names:
+            if name not in self._order:
+                self._order[name] = None
+                if name not in self._is_rate:
+                    self._learn(name)
 
     def _learn(self, name: str) -> None:
         """Note once per name whether it is a rate (to be weighted by the step time)."""
@@ -210,14 +226,34 @@ class WindowAggregator:
                     sums[0] += rate * time_ms
                     sums[1] += time_ms
 
-    def _fold(self, name: str, values: list[Number]) -> None:
-        partial = _Partial(values)
-        values.clear()
-        earlier = self._folded.get(name)
-        if earlier is None:
-            self._folded[name] = partial
-        else:
-            earlier.merge(partial)
+    def _columns(self) -> dict[str, Sequence[Number]]:
+        """The values kept so far, name by name, in the order they came."""
+        columns: dict[str, Sequence[Number]] = {}
+        for names, run in self._runs:
+            values = zip(*[record.values() for record in run], strict=True)  # transposed in C
+            for name, column in zip(names, values, strict=True):
+                earlier = columns.get(name)
+                if earlier is None:
+                    columns[name] = column
+                elif type(earlier) is list:  # the name in more than one run: joined in order
+                    earlier.extend(column)
+                else:
+                    columns[name] = [*earlier, *column]
+        return columns
+
+    def _fold(self) -> None:
+        """Fold the kept values into partial summaries: bounds a long window's memory."""
+        folded = self._folded
+        for name, column in self._columns().items():
+            partial = _Partial(column)
+            earlier = folded.get(name)
+            if earlier is None:
+                folded[name] = partial
+            else:
+                earlier.merge(partial)
+        self._runs = []
+        self._run_names = None
+        self._kept = 0
 
     def close_if_complete(self, now: float) -> WindowStats | None:
         """Close the open window when it has reached its last step (or its time is up)."""
@@ -237,24 +273,54 @@ class WindowAggregator:
         return self._close() if self._window_id is not None else None
 
     def _close(self) -> WindowStats:
-        metrics: dict[str, MetricStats] = {}
-        folded = self._folded
         weighted = self._weighted
-        for name, values in self._pending.items():  # first-seen order
-            partial = folded.get(name)
-            if values:
-                if partial is None:
-                    partial = _Partial(values)
-                else:
-                    partial.merge(_Partial(values))
-            if partial is not None:
-                metrics[name] = partial.freeze(weighted.get(name))
+        metrics = None if self._folded else _stats_of(self._columns(), weighted)
+        if metrics is None:  # a long window, or a value that is not finite
+            if self._runs:
+                self._fold()
+            folded = self._folded
+            metrics = {
+                name: folded[name].freeze(weighted.get(name))
+                for name in self._order  # first-seen order
+                if name in folded
+            }
         stats = WindowStats(
             self._first_step, self._last_step, self._start_time, self._end_time, metrics
         )
-        self._pending = {}
+        self._runs = []
+        self._run_names = None
+        self._kept = 0
+        self._order = {}
         self._folded = {}
         self._weighted = {}
         self._window_id = None
         self._closed_step = self._last_step
         return stats
+
+
+_last = itemgetter(-1)
+
+
+def _stats_of(
+    columns: dict[str, Sequence[Number]], weighted: dict[str, list[float]]
+) -> dict[str, MetricStats] | None:
+    """Every metric's statistics from its values, each statistic one C call per metric; None
+    when a value is not finite (:class:`_Partial` keeps those out of min and max)."""
+    values = list(columns.values())
+    totals = list(map(sum, values))
+    grand = sum(totals)
+    if grand - grand != 0:  # NaN or ±Inf somewhere (or totals beyond a double)
+        return None
+    counts = list(map(len, values))
+    means = list(map(truediv, totals, counts))
+    names = list(columns)
+    for name, (work, time) in weighted.items():  # rates: work over time
+        if time > 0 and name in columns:
+            means[names.index(name)] = work / time
+    return dict(
+        zip(
+            names,
+            map(MetricStats, counts, means, map(min, values), map(max, values), map(_last, values)),
+            strict=True,
+        )
+    )
