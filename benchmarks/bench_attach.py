@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--width", type=int, default=WIDTH, help="the MLP's width")
     parser.add_argument("--batch", type=int, default=BATCH, help="samples per step")
+    parser.add_argument(
+        "--order",
+        choices=("balanced", "shuffle"),
+        default="balanced",
+        help="blocks' order in a round: every permutation once per cycle, or shuffled",
+    )
     parser.add_argument("--json", type=Path, help="write the comparisons here")
     parser.add_argument(
         "--out", type=Path, help="folder the writers write below (default: a temporary folder)"
@@ -173,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             names,
             args.rounds,
             block,
+            order=args.order,
             rng=random.Random(2),
             warmup_rounds=1,
             progress=print_progress,

@@ -10,6 +10,7 @@ from ``benchmarks/``, which Python puts first on ``sys.path``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -129,15 +130,26 @@ def interleaved_rounds(
 ) -> None:
     """Run every contender once per round: ``run(contender, round_index, recorded)``.
 
-    ``order``: ``"shuffle"`` (a fresh random order each round, from ``rng``), ``"alternate"``
-    (as given, reversed every other round) or ``"fixed"``. The first ``warmup_rounds`` rounds
-    run with ``recorded=False``. ``progress(done, total)`` is called after each round.
+    ``order``: ``"shuffle"`` (a fresh random order each round, from ``rng``), ``"balanced"``
+    (every permutation of the contenders once per cycle of rounds, the cycle shuffled: each
+    contender runs right after each other one equally often, so what a block leaves behind,
+    a detach's garbage or a writer's last flush, lands on every contender alike; for up to
+    five contenders, beyond that it shuffles), ``"alternate"`` (as given, reversed every
+    other round) or ``"fixed"``. The first ``warmup_rounds`` rounds run with
+    ``recorded=False``. ``progress(done, total)`` is called after each round.
     """
     current = list(contenders)
     shuffle = (rng or random.Random()).shuffle
     total = warmup_rounds + rounds
+    cycle: list[tuple[T, ...]] = []
+    if order == "balanced" and len(current) <= 5:
+        cycle = list(itertools.permutations(current))
     for index in range(total):
-        if order == "shuffle":
+        if cycle:
+            if (index - warmup_rounds) % len(cycle) == 0 or index == 0:
+                shuffle(cycle)
+            current = list(cycle[(index - warmup_rounds) % len(cycle)])
+        elif order in ("shuffle", "balanced"):
             shuffle(current)
         elif order == "alternate":
             current = list(contenders) if index % 2 == 0 else list(reversed(contenders))
