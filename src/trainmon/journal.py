@@ -79,10 +79,12 @@ def _non_finite_name(value: float) -> str:
 
 def encode_values(values: Mapping[str, Any]) -> Mapping[str, Any]:
     """``values`` with NaN/±Inf replaced by their string names (a copy only when needed)."""
-    for value in values.values():
-        if value - value != 0:  # NaN or ±Inf; 0 for every finite int or float
-            return {k: (_non_finite_name(v) if v - v != 0 else v) for k, v in values.items()}
-    return values
+    total = sum(values.values())  # finite when every value is (one C call, not a loop)
+    if total - total == 0:
+        return values
+    if any(value - value != 0 for value in values.values()):  # NaN or ±Inf somewhere
+        return {k: (_non_finite_name(v) if v - v != 0 else v) for k, v in values.items()}
+    return values  # finite values whose total is beyond a double
 
 
 def encode_line(obj: Mapping[str, Any]) -> bytes:

@@ -64,6 +64,28 @@ def test_exact_values_and_quoted_headers(tmp_path: Path) -> None:
     assert read(tmp_path / "n.csv")[1] == ["1", str(2**62)]
 
 
+def test_names_that_come_go_and_change_order_keep_each_file_in_step_order(
+    tmp_path: Path,
+) -> None:
+    """One batch whose records carry other names, or the same names in another order, from
+    step to step (an eval metric every few steps): each file gets exactly its name's rows,
+    in step order."""
+    records = []
+    for step in range(1, 40):
+        values: dict[str, float] = {"loss": step / 2, "lr": step * 1e-5}
+        if step % 4 == 0:
+            values["eval/acc"] = step / 100
+        if step % 3 == 0:
+            values = dict(reversed(values.items()))
+        records.append(StepScalars(step, 0.0, values))
+    writer = CsvWriter(tmp_path)
+    writer.write(records)
+    writer.close()
+    for name, file_name in (("loss", "loss.csv"), ("lr", "lr.csv"), ("eval/acc", "eval_acc.csv")):
+        expected = [[str(r.step), repr(r.values[name])] for r in records if name in r.values]
+        assert read(tmp_path / file_name)[1:] == expected
+
+
 def test_open_files_are_bounded(tmp_path: Path, monkeypatch: object) -> None:
     """With more metrics than the open-file limit, every value still lands in its file."""
     import pytest

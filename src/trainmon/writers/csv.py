@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.core.events import StepScalars
+from trainmon.core.events import StepScalars, same_name_runs
 from trainmon.core.writer import Writer
 from trainmon.writers.files import (
     NO_SPACE,
@@ -151,11 +151,17 @@ class CsvWriter(Writer):
 
     def write(self, records: Sequence[StepScalars]) -> None:
         lines: dict[str, list[str]] = {}
-        for record in records:
-            step = str(record.step)
-            for name, value in record.values.items():
+        for names, run in same_name_runs(records):  # column by column: a file per name
+            steps = [str(record.step) for record in run]
+            columns = zip(*[record.values.values() for record in run], strict=True)
+            for name, column in zip(names, columns, strict=True):
                 # repr: every digit of a float, NaN/Inf as Python spells them; an int as str
-                lines.setdefault(name, []).append(f"{step},{value!r}\n")
+                rows = [f"{step},{value!r}\n" for step, value in zip(steps, column, strict=True)]
+                earlier = lines.get(name)
+                if earlier is None:
+                    lines[name] = rows
+                else:
+                    earlier.extend(rows)
         error: Exception | None = None
         for name, rows in lines.items():
             data = "".join(rows).encode()
