@@ -314,9 +314,9 @@ def _stats_of(
     counts = list(map(len, values))
     means = list(map(truediv, totals, counts))
     names = list(columns)
-    for name, (work, time) in weighted.items():  # rates: work over time
-        if time > 0 and name in columns:
-            means[names.index(name)] = work / time
+    for name, (work, elapsed) in weighted.items():  # rates: work over time
+        if elapsed > 0 and name in columns:
+            means[names.index(name)] = work / elapsed
     return dict(
         zip(
             names,
