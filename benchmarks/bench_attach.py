@@ -145,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         "--order",
         choices=("balanced", "shuffle"),
         default="balanced",
-        help="blocks' order in a round: every permutation once per cycle, or shuffled",
+        help=(
+            "blocks' order in a round: every permutation once per cycle of rounds (balanced "
+            "over whole cycles: 6 rounds for 3 contenders, 24 for 4), or shuffled"
+        ),
     )
     parser.add_argument("--json", type=Path, help="write the comparisons here")
     parser.add_argument(

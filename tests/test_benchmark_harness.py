@@ -4,9 +4,11 @@ worker subprocess, round orders counted here)."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import random
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
@@ -69,6 +71,27 @@ def test_interleaved_rounds_orders_and_warmup() -> None:
     rng = random.Random(3)
     rng.shuffle(expected)
     assert orders[0] == expected  # the same seeded shuffle a script got before
+
+
+def test_balanced_order_has_each_contender_follow_each_other_equally_often() -> None:
+    """Over whole cycles of recorded rounds every permutation runs once: within rounds, each
+    contender comes right after each other one the same number of times."""
+    rounds: dict[int, list[str]] = {}
+    harness.interleaved_rounds(
+        ["bare", "twin", "attach"],
+        12,  # two cycles of the 3! permutations
+        lambda c, i, r: rounds.setdefault(i, []).append(c) if r else None,
+        order="balanced",
+        rng=random.Random(5),
+        warmup_rounds=1,
+    )
+    recorded = list(rounds.values())
+    assert len(recorded) == 12 and all(sorted(o) == ["attach", "bare", "twin"] for o in recorded)
+    assert Counter(tuple(o) for o in recorded) == Counter(
+        {order: 2 for order in itertools.permutations(["bare", "twin", "attach"])}
+    )
+    follows = Counter(pair for o in recorded for pair in itertools.pairwise(o))
+    assert set(follows.values()) == {4} and len(follows) == 6
 
 
 def test_percentile_interpolates_and_paired_overhead_brackets_the_estimate() -> None:
