@@ -66,3 +66,34 @@ def test_a_name_twice_in_one_step_keeps_the_last_readable_value() -> None:
         ]
     )
     assert steps == {1: {"x": 2.0, "y": 7.0}, 2: {"x": 3.0}, 3: {"x": 6.0}, 4: {"x": 8.0}}
+
+
+def test_a_batch_of_one_dtype_is_read_in_order() -> None:
+    steps = _steps(
+        [(s, (("loss", torch.tensor(s / 4)), ("norm", torch.tensor(float(s))))) for s in (1, 2, 3)]
+    )
+    assert steps == {s: {"loss": s / 4, "norm": float(s)} for s in (1, 2, 3)}
+
+
+def test_tensors_of_mixed_dtypes_and_shapes_keep_their_kinds() -> None:
+    items = (
+        ("f32", torch.tensor(0.5)),
+        ("f64", torch.tensor(0.25, dtype=torch.float64)),
+        ("count", torch.tensor(7)),  # an int tensor stays an int, not promoted to a float
+        ("flag", torch.tensor(True)),
+        ("row", torch.tensor([1.5])),  # shape (1,) beside 0-d tensors
+    )
+    steps = _steps([(1, items), (2, items[2:])])
+    assert steps == {
+        1: {"f32": 0.5, "f64": 0.25, "count": 7, "flag": 1, "row": 1.5},
+        2: {"count": 7, "flag": 1, "row": 1.5},
+    }
+    assert [type(v) for v in steps[1].values()] == [float, float, int, int, float]
+
+
+def test_one_dtype_in_two_shapes_and_bools_alone_are_read_too() -> None:
+    shapes = _steps([(1, (("a", torch.tensor(0.5)), ("b", torch.tensor([2.0]))))])
+    assert shapes == {1: {"a": 0.5, "b": 2.0}}  # one stack of both refuses: read by shape
+    bools = _steps([(1, (("ok", torch.tensor(True)), ("bad", torch.tensor(False))))])
+    assert bools == {1: {"ok": 1, "bad": 0}}
+    assert [type(v) for v in bools[1].values()] == [int, int]

@@ -162,11 +162,17 @@ class WindowAggregator:
         whole (its values are read at the window's close, column by column: a loop logs the
         same names each step, so a run of records is transposed in C, not read value by
         value in Python); records must not change once handed over."""
-        done: list[WindowStats] = []
-        for record in records:
+        return [window for _, window in self.add_marking(records)]
+
+    def add_marking(self, records: Sequence[StepScalars]) -> list[tuple[int, WindowStats]]:
+        """:meth:`add`, with each completed window's place: ``(i, window)`` when
+        ``records[i]`` was the first record after it (so a caller can write the records up
+        to ``i``, then the window, then the rest)."""
+        done: list[tuple[int, WindowStats]] = []
+        for index, record in enumerate(records):
             window_id = self._id_of(record)
             if self._window_id is not None and window_id != self._window_id:
-                done.append(self._close())
+                done.append((index, self._close()))
             if self._window_id is None:
                 self._window_id = window_id
                 self._first_step = record.step

@@ -449,19 +449,17 @@ class Pipeline:
     def _aggregate(self, records: list[StepScalars]) -> None:
         """Stage 3: records into windows. Fan-out is interleaved so that a completed window
         (with its cross-rank metrics) is written after its own steps and before the next ones."""
-        segment: list[StepScalars] = []
-        for record in records:
-            try:
-                closed = self.aggregator.add((record,))
-            except Exception:
-                self._count_internal_error("could not aggregate a record")
-                closed = []
-            if closed:
-                self.writers.write(segment)
-                self._publish(closed)
-                segment = []
-            segment.append(record)
-        self.writers.write(segment)
+        try:
+            closed = self.aggregator.add_marking(records)
+        except Exception:  # the records are still written; their windows may be incomplete
+            self._count_internal_error("could not aggregate a batch of records")
+            closed = []
+        start = 0
+        for index, window in closed:
+            self.writers.write(records[start:index])
+            self._publish([window])
+            start = index
+        self.writers.write(records[start:] if start else records)
 
     def _close_window(self, final: bool) -> None:
         """Hand a window that is complete (or, at shutdown, any open window) to the writers."""

@@ -115,10 +115,14 @@ def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[S
             if len(values) == len(items):  # ... then what is not a number yet, in place
                 records.append(StepScalars(default_step, wall_time, values))
                 current_step = default_step
+                held = reads.tensors
                 for name, value in items:
                     kind = type(value)
                     if kind is not float and kind is not int:
-                        place(values, name, value, _MISSING, False)
+                        if _KINDS.get(kind) == _TENSOR:  # a loss, a norm: the usual case
+                            held.append((values, name, value, _MISSING))
+                        else:
+                            place(values, name, value, _MISSING, False)
                 continue
             values = {}  # a name twice, or steps of their own: item by item below
         snapshot = type(needs_resolving) is Snapshot
@@ -151,6 +155,11 @@ def _fill(slots: list[Slot], numbers: Sequence[Number | None]) -> None:
     """Put each read value in its place, unless a later value of the same name took it; a
     value that could not be read (None) gives the place back to what it held before (last
     slot first, so that an earlier stand-in given back is then filled in turn)."""
+    if None not in numbers:  # every value read: no place to give back, any order will do
+        for (values, name, held, _), number in zip(slots, numbers, strict=True):
+            if values.get(name, _MISSING) is held:
+                values[name] = number  # type: ignore[assignment]  # None is not in numbers
+        return
     for (values, name, held, before), number in reversed(list(zip(slots, numbers, strict=True))):
         if values.get(name, _MISSING) is not held:
             continue

@@ -217,6 +217,9 @@ def resolve_tensors(tensors: Sequence[Any]) -> list[Number]:
     """
     import torch
 
+    numbers = _read_as_one(torch, tensors)
+    if numbers is not None:
+        return numbers
     out: list[Number] = [math.nan] * len(tensors)
     groups: dict[tuple[Any, Any, Any], list[int]] = {}
     for index, tensor in enumerate(tensors):
@@ -235,6 +238,27 @@ def resolve_tensors(tensors: Sequence[Any]) -> list[Number]:
             for i, number in zip(indices, numbers, strict=True):
                 out[i] = int(number) if isinstance(number, bool) else number
     return out
+
+
+def _read_as_one(torch: Any, tensors: Sequence[Any]) -> list[Number] | None:
+    """The usual batch (a loop's losses and norms: one device, dtype and shape) in one
+    ``torch.stack``, without reading each tensor's device and shape to group them; None when
+    the dtypes differ (stacking would promote an int to a float), for bools, or when the
+    stack refuses (devices or shapes differ): then they are read group by group."""
+    if not tensors:
+        return []
+    dtype = tensors[0].dtype
+    if dtype is torch.bool:
+        return None
+    for tensor in tensors:
+        if tensor.dtype is not dtype:
+            return None
+    try:
+        with torch.no_grad():
+            numbers: list[Number] = torch.stack(list(tensors)).reshape(-1).cpu().tolist()
+    except Exception:  # devices or shapes differ (or a tensor cannot be read): by group
+        return None
+    return numbers if len(numbers) == len(tensors) else None
 
 
 # ---- capture at the call ---------------------------------------------------------------------
