@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import math
+import random
 from pathlib import Path
 
 from trainmon.core.events import StepScalars
@@ -62,6 +64,33 @@ def test_exact_values_and_quoted_headers(tmp_path: Path) -> None:
     writer.close()
     assert read(tmp_path / "x_a,b.csv") == [["step", "a,b"], ["1", repr(0.1 + 0.2)]]
     assert read(tmp_path / "n.csv")[1] == ["1", str(2**62)]
+
+
+def test_every_value_is_written_as_python_spells_it(tmp_path: Path) -> None:
+    """Whole columns are formatted at once in C; the bytes stay ``repr``'s (DeepSpeed's own
+    files), for small exponents, huge ints, NaN and Inf too: each column reads back as the
+    ``repr`` of each value and parses to the value itself."""
+    rng = random.Random(5)
+    columns: dict[str, list[float | int]] = {
+        "plain": [rng.uniform(-1e3, 1e3) for _ in range(50)],
+        "lr": [3e-05 * (1 + s % 3) for s in range(50)],  # 3e-05: an exponent in repr
+        "tiny": [rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30) for _ in range(50)],
+        "ints": [rng.randint(-(10**6), 10**6) for _ in range(50)],
+        "huge": [2**70 + s for s in range(50)],  # beyond 64 bits
+        "odd": [[math.nan, math.inf, -math.inf, -0.0, 5e-324][s % 5] for s in range(50)],
+        "near": [1.00001, 0.0001, 1e16, 1e15, 0.1 + 0.2] * 10,
+    }
+    writer = CsvWriter(tmp_path)
+    writer.write(
+        [StepScalars(s, 0.0, {name: col[s] for name, col in columns.items()}) for s in range(50)]
+    )
+    writer.close()
+    for name, column in columns.items():
+        rows = read(tmp_path / f"{name}.csv")[1:]
+        assert rows == [[str(s), repr(v)] for s, v in enumerate(column)], name
+        for (_, text), value in zip(rows, column, strict=True):
+            back = int(text) if type(value) is int else float(text)
+            assert back == value or (math.isnan(back) and math.isnan(value)), (name, text)
 
 
 def test_names_that_come_go_and_change_order_keep_each_file_in_step_order(

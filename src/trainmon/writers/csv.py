@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from trainmon.core.events import StepScalars, same_name_runs
+from trainmon.core.events import Number, StepScalars, same_name_runs
 from trainmon.core.writer import Writer
 from trainmon.writers.files import (
     NO_SPACE,
@@ -41,6 +41,32 @@ def _csv_field(text: str) -> str:
     if any(c in text for c in ',"\r\n'):
         return '"' + text.replace('"', '""') + '"'
     return text
+
+
+def column_rows(steps: Sequence[bytes], column: Sequence[Number]) -> bytes:
+    """``step,value`` lines for one metric, each value as Python's ``repr`` writes it (every
+    digit of a float; NaN and Inf as Python spells them, as DeepSpeed's files have them).
+
+    One ``orjson.dumps`` formats the whole column in C, about three times faster than a
+    ``repr`` per value. Its text equals ``repr``'s except for exponents of small numbers
+    (``1e-05`` is ``0.00001`` there, ``1.5e-07`` is ``1.5e-7``), non-finite values (``null``)
+    and bools: a column whose text holds ``e-``, ``.0000`` or anything but digits, signs,
+    points, exponents and commas is formatted with ``repr`` instead, so the bytes are the
+    same either way.
+    """
+    try:
+        text = orjson.dumps(column)
+    except TypeError:  # an int beyond 64 bits, a type orjson does not know
+        text = b""
+    if not text or b"e-" in text or b".0000" in text or text[1:-1].translate(None, _NUMBER_BYTES):
+        return "".join(
+            [f"{step.decode()},{value!r}\n" for step, value in zip(steps, column, strict=True)]
+        ).encode()
+    return b"\n".join(map(_COMMA.join, zip(steps, text[1:-1].split(b","), strict=True))) + b"\n"
+
+
+_COMMA = b","
+_NUMBER_BYTES = b"0123456789.,+-e"
 
 
 def read_name_map(directory: Path | str) -> dict[str, str]:
@@ -150,26 +176,28 @@ class CsvWriter(Writer):
         self._dropped += handle.dropped
 
     def write(self, records: Sequence[StepScalars]) -> None:
-        lines: dict[str, list[str]] = {}
+        lines: dict[str, list[bytes]] = {}
+        counts: dict[str, int] = {}
         for names, run in same_name_runs(records):  # column by column: a file per name
-            steps = [str(record.step) for record in run]
+            steps = [str(record.step).encode() for record in run]
             columns = zip(*[record.values.values() for record in run], strict=True)
             for name, column in zip(names, columns, strict=True):
-                # repr: every digit of a float, NaN/Inf as Python spells them; an int as str
-                rows = [f"{step},{value!r}\n" for step, value in zip(steps, column, strict=True)]
+                rows = column_rows(steps, column)
                 earlier = lines.get(name)
                 if earlier is None:
-                    lines[name] = rows
+                    lines[name] = [rows]
+                    counts[name] = len(steps)
                 else:
-                    earlier.extend(rows)
+                    earlier.append(rows)
+                    counts[name] += len(steps)
         error: Exception | None = None
-        for name, rows in lines.items():
-            data = "".join(rows).encode()
+        for name, chunks in lines.items():
+            data = b"".join(chunks)
             try:
-                self._file(name).write(data, len(rows))
+                self._file(name).write(data, counts[name])
             except Exception as exc:  # one metric's file must not cost the others their rows
                 error = error or exc
-                self._dropped += len(rows)
+                self._dropped += counts[name]
                 continue
             self._buffered += len(data)
         if flush_due(self._buffered):
