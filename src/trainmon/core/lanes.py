@@ -67,6 +67,11 @@ class _Lane:
     def __init__(self, writer: Writer, capacity: int, name: str) -> None:
         self.writer = writer
         self.name = name  # unique among the lanes: "custom writer (slow) #2"
+        #: whether the writer takes windows (``write_windows`` of its own, or ``every:
+        #: window``): one that does not gets a drain's records in one call, not cut at windows
+        self.windowed = writer.every == "window" or (
+            type(writer).write_windows is not Writer.write_windows
+        )
         self.group = WriterGroup([writer], label=name)  # report-once and error counting
         self.capacity = capacity
         self.ops: deque[_Op] = deque()
@@ -164,14 +169,21 @@ class WriterLanes:
 
     # ---- what the pipeline calls (one thread) ------------------------------------------------
 
-    def write(self, records: Sequence[StepScalars], *, bounded: bool = True) -> None:
+    def write(
+        self,
+        records: Sequence[StepScalars],
+        *,
+        bounded: bool = True,
+        windowed: bool | None = None,
+    ) -> None:
         """Per-step records, to the writers that take every step; ``bounded=False`` for
-        trainmon's own few counter values, which a lane that is merely full must not lose."""
+        trainmon's own few counter values, which a lane that is merely full must not lose.
+        ``windowed``: only to the writers that take windows (True) or that do not (False)."""
         if not records:
             return
         count = sum(len(record.values) for record in records)
         for lane in self._lanes:
-            if lane.writer.every == "step":
+            if lane.writer.every == "step" and (windowed is None or lane.windowed == windowed):
                 self._put(lane, ("write", records, count), bounded)
 
     def write_kinds(self, records: Sequence[StepScalars], kinds: frozenset[str]) -> None:
@@ -185,9 +197,11 @@ class WriterLanes:
                 self._put(lane, ("write", records, count))
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
-        """Completed windows, to every writer (see :meth:`WriterGroup.write_windows`)."""
+        """Completed windows, to every writer that takes them (see
+        :meth:`WriterGroup.write_windows`)."""
         for lane in self._lanes:
-            self._put(lane, ("windows", windows, len(windows)))
+            if lane.windowed:
+                self._put(lane, ("windows", windows, len(windows)))
 
     def write_extras(self, records: Sequence[Extra]) -> None:
         """Histograms, text and hyper-parameters, to every writer (see

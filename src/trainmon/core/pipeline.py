@@ -447,19 +447,26 @@ class Pipeline:
         return group_records(batch, self._count_internal_error)
 
     def _aggregate(self, records: list[StepScalars]) -> None:
-        """Stage 3: records into windows. Fan-out is interleaved so that a completed window
-        (with its cross-rank metrics) is written after its own steps and before the next ones."""
+        """Stage 3: records into windows. For the writers that take windows, fan-out is
+        interleaved so that a completed window (with its cross-rank metrics) is written after
+        its own steps and before the next ones; the others get the batch in one call (each
+        call costs a writer's thread Python per metric, whatever it holds)."""
         try:
             closed = self.aggregator.add_marking(records)
         except Exception:  # the records are still written; their windows may be incomplete
             self._count_internal_error("could not aggregate a batch of records")
             closed = []
+        writers = self.writers
+        if not closed:
+            writers.write(records)
+            return
+        writers.write(records, windowed=False)  # writers that ignore windows: in one call
         start = 0
         for index, window in closed:
-            self.writers.write(records[start:index])
+            writers.write(records[start:index], windowed=True)
             self._publish([window])
             start = index
-        self.writers.write(records[start:] if start else records)
+        writers.write(records[start:], windowed=True)
 
     def _close_window(self, final: bool) -> None:
         """Hand a window that is complete (or, at shutdown, any open window) to the writers."""
