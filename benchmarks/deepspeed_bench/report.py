@@ -153,7 +153,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
             (
                 f"{a} / {b}",
                 harness.percent_ci(*wall),
-                f"{added[0]:+.3f}",
+                f"{added[0]:+.3f} [{added[1][0]:+.3f}, {added[1][1]:+.3f}]",
                 harness.percent_ci(*steps_only),
                 f"{thread[0] * 100:+.2f}%",
                 f"{process[0] * 100:+.2f}%",
@@ -165,7 +165,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
         (
             "comparison",
             "wall [95% CI]",
-            "wall ms/step",
+            "added wall ms/step [95% CI]",
             "steps only [95% CI]",
             "thread CPU",
             "process CPU",
