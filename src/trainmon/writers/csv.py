@@ -43,7 +43,7 @@ def _csv_field(text: str) -> str:
     return text
 
 
-def column_rows(steps: Sequence[bytes], column: Sequence[Number]) -> bytes:
+def _column_rows(steps: Sequence[bytes], column: Sequence[Number]) -> bytes:
     """``step,value`` lines for one metric, each value as Python's ``repr`` writes it (every
     digit of a float; NaN and Inf as Python spells them, as DeepSpeed's files have them).
 
@@ -182,7 +182,7 @@ class CsvWriter(Writer):
             steps = [str(record.step).encode() for record in run]
             columns = zip(*[record.values.values() for record in run], strict=True)
             for name, column in zip(names, columns, strict=True):
-                rows = column_rows(steps, column)
+                rows = _column_rows(steps, column)
                 earlier = lines.get(name)
                 if earlier is None:
                     lines[name] = [rows]
