@@ -221,18 +221,17 @@ def test_phase_clock_nesting_unmatched_ends_and_collectives_inside_a_phase(
 
     fake = FakeTime()
     monkeypatch.setattr(clock_module, "_now", fake)
-    collectives_ms = [0.0]
-    clock = HostPhaseClock(lambda: collectives_ms[0])
+    clock = HostPhaseClock(comm_aware=True)
     clock.end(FORWARD)  # never begun: ignored
     clock.begin(FORWARD)
     fake.now += 0.010
-    collectives_ms[0] += 4.0  # a 4 ms all_reduce inside the forward (counted as comm elsewhere)
+    clock.add_comm_ms(4.0)  # a 4 ms all_reduce inside the forward (counted as comm elsewhere)
     clock.end(FORWARD)
     clock.begin(BACKWARD)
     fake.now += 0.005
     clock.begin(COMM)
     fake.now += 0.003
-    collectives_ms[0] += 3.0
+    clock.add_comm_ms(3.0)
     clock.begin(DATA)  # left open: closed by the end of backward
     fake.now += 0.002
     clock.end(BACKWARD)

@@ -259,16 +259,30 @@ def test_overhead_per_call_is_a_few_microseconds(
 def test_record_stats_false_only_times_for_comm_ms(
     one_rank: None, monitor: Monitor, tmp_path: Path
 ) -> None:
-    """record_stats=False still gives perf/comm_ms but keeps no statistics and writes no comm/."""
+    """record_stats=False still gives perf/comm_ms but keeps no statistics and writes no comm/;
+    each blocking call is reported to the watcher (the phase clock) as it returns; a step with
+    an async call adds the blocking calls' time to the async one's."""
     comms = CommsLogger(CommsLoggerConfig(enabled=True, verbose=True), monitor, record_stats=False)
+    reported: list[float] = []
+    comms.watch_host_comm(reported.append)
     comms.install()
     try:
         dist.all_reduce(torch.ones(256))
+        dist.all_reduce(torch.ones(256))
         step_ms = comms.take_step_comm_ms()
+        dist.all_reduce(torch.ones(256), async_op=True).wait()
+        dist.all_reduce(torch.ones(256))
+        mixed = comms.take_step_comm_ms()
+        empty = comms.take_step_comm_ms()
     finally:
         comms.uninstall()
     monitor.close()
+    assert len(reported) == 3  # the blocking calls only
     assert isinstance(step_ms, float) and step_ms > 0
+    assert step_ms == pytest.approx(reported[0] + reported[1])
+    mixed_ms = mixed.resolve() if isinstance(mixed, Deferred) else mixed
+    assert mixed_ms > reported[2]  # the async call's time and the blocking one's
+    assert empty == 0.0
     assert comms.stats() == {}
     kinds = {record["kind"] for record in read_journal(tmp_path / "job")}
     assert kinds - {"heartbeat"} == {"meta", "end"}  # the attempt's records, no values
@@ -518,3 +532,47 @@ def test_enabled_false_records_nothing(run: dict[str, Any]) -> None:
     steps = journal_steps(run["out"] / "off" / "job")
     names = {name for values in steps.values() for name in values}
     assert names == {"perf/comm_ms"}
+
+
+def test_a_collective_inside_a_phase_counts_in_comm_only(
+    one_rank: None, monitor: Monitor, tmp_path: Path
+) -> None:
+    """The breakdown's comms logger reports each collective to the step's clock: a 30 ms
+    all_reduce run inside the forward (ZeRO's gathers) leaves perf/forward_ms and shows in
+    perf/comm_ms; the parts still fit in the step."""
+    from trainmon.collect.instrument import StepInstrument
+
+    class Slow(torch.Tensor):  # a collective that takes 30 ms (one rank's all_reduce is instant)
+        @classmethod
+        def __torch_function__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if getattr(func, "__name__", "") == "all_reduce":
+                time.sleep(0.03)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    instrument = StepInstrument(monitor, breakdown=True)
+    try:
+        for _ in range(3):
+            instrument.forward_begin()
+            time.sleep(0.01)
+            dist.all_reduce(torch.ones(4).as_subclass(Slow))
+            instrument.forward_end()
+            instrument.optimizer_begin()
+            time.sleep(0.005)
+            instrument.optimizer_end()
+            instrument.step_end()
+    finally:
+        instrument.close()
+    monitor.close()
+    steps = {
+        record["step"]: record["values"]
+        for record in read_journal(tmp_path / "job")
+        if record["kind"] == "scalars"
+    }
+    for step in (2, 3):
+        values = steps[step]
+        assert 10.0 <= values["perf/forward_ms"] < 25.0, values  # 10 ms, not 40
+        assert values["perf/comm_ms"] >= 30.0, values
+        parts = sum(values[f"perf/{p}_ms"] for p in ("forward", "optimizer", "comm", "data"))
+        assert parts <= values["perf/step_time_ms"] * 1.05 + 1.0, values

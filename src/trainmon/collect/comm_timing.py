@@ -147,12 +147,14 @@ class StepBatch:
 
 
 class StepCommMs(Deferred):
-    """``perf/comm_ms`` of a step whose timings are device events or async completions."""
+    """``perf/comm_ms`` of a step whose timings are device events or async completions, plus
+    ``known_ms`` of calls already timed (kept without a record)."""
 
-    __slots__ = ("_batch",)
+    __slots__ = ("_batch", "_known_ms")
 
-    def __init__(self, batch: StepBatch) -> None:
+    def __init__(self, batch: StepBatch, known_ms: float = 0.0) -> None:
         self._batch = batch
+        self._known_ms = known_ms
 
     def resolve(self) -> float:
-        return self._batch.total_ms()
+        return self._batch.total_ms() + self._known_ms

@@ -128,7 +128,8 @@ class CommsLogger:
         self._group_labels: dict[Any, str] = {}  # for the hang diagnosis (core.activity)
         self._metric_names: dict[str, tuple[str, ...]] = {}
         self._record_errors = 0
-        self._host_ms = 0.0
+        self._host_watcher: Callable[[float], None] | None = None
+        self._lean_ms = 0.0  # blocking host calls' milliseconds this step, kept without records
         self._ops = self._selected_ops()
 
     def _selected_ops(self) -> tuple[str, ...]:
@@ -209,6 +210,7 @@ class CommsLogger:
         group_labels = self._group_labels
         activity = COLLECTIVES
         want_caller = self._verbose and self.config.debug
+        lean = not self._recording  # the breakdown alone: a step's total, no record per call
         logger = self
 
         @functools.wraps(original)
@@ -241,7 +243,12 @@ class CommsLogger:
                 if async_op and result is not None:
                     latency = logger._time_async_on_host(result, start, latency)
                 else:
-                    logger._host_ms += latency
+                    watcher = logger._host_watcher
+                    if watcher is not None:
+                        watcher(latency)
+                    if lean:
+                        logger._lean_ms += latency
+                        return result
                 n = group_sizes.get(group)
                 if n is None:
                     n = logger._group_size(group)
@@ -359,13 +366,11 @@ class CommsLogger:
 
     # ---- per step ------------------------------------------------------------------------
 
-    def host_comm_ms(self) -> float:
-        """Milliseconds spent so far in blocking collectives timed on the host (never reset).
-
-        The step's phase clock takes the growth of this total out of a phase that ran a
-        collective, so the time counts in ``perf/comm_ms`` only.
-        """
-        return self._host_ms
+    def watch_host_comm(self, watcher: Callable[[float], None] | None) -> None:
+        """Call ``watcher(ms)`` on the calling thread after each blocking collective timed on
+        the host (None: stop). The step's phase clock takes that time out of the phase that ran
+        the collective, so it counts in ``perf/comm_ms`` only."""
+        self._host_watcher = watcher
 
     def take_step_comm_ms(self) -> float | Deferred:
         """Milliseconds spent in collectives since the previous call (for ``perf/comm_ms``).
@@ -375,14 +380,12 @@ class CommsLogger:
         completions. With statistics on, also enqueues this step's ``comm/<op>/...`` metrics.
         """
         records = self._records
+        lean_ms, self._lean_ms = self._lean_ms, 0.0
         if not records:
-            return 0.0
+            return lean_ms
         self._records = []
         fold_from, self._folded_upto = self._folded_upto, 0
         has_timings, self._has_timings = self._has_timings, False
-        if not has_timings and not self._recording:  # the breakdown alone: only the total
-            host_total: float = sum(record[3] for record in records)
-            return host_total
         batch = StepBatch(records, fold_from)
         if self._recording:
             self._unfolded.append(batch)
@@ -397,9 +400,9 @@ class CommsLogger:
                 )
             self._monitor.emit_checked(tuple(items), resolve=True)
         if has_timings:
-            return StepCommMs(batch)
+            return StepCommMs(batch, lean_ms)
         total: float = sum(record[3] for record in records)
-        return total
+        return total + lean_ms
 
     # ---- aggregation (background thread, or an explicit stats()/log_summary()) -------------
 

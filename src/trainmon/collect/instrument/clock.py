@@ -3,7 +3,7 @@
 A driver marks phases with ``begin(phase)`` / ``end(phase)``. Phases nest: a phase begun while
 another is open pauses the outer one until it ends, so every instant of a step counts for at
 most one phase, and the parts of a step add up to no more than the step. A comm source that
-counts the host time of collectives (:attr:`CommSource.host_comm_ms`) lets the host clock also
+reports the host time of collectives (:meth:`CommSource.watch_host_comm`) lets the host clock also
 take collectives run *inside* a phase (DeepSpeed's all-reduce inside ``backward``, ZeRO's
 gathers inside ``forward``) out of that phase, since they are counted in ``comm``.
 
@@ -74,44 +74,48 @@ class NullPhaseClock:
 class HostPhaseClock:
     """Phase clock on ``time.perf_counter`` (the CPU, where work is done when a call returns).
 
-    ``comm_ms``: a running total of milliseconds spent in host-timed collectives; the growth of
-    that total during a segment of a non-comm phase is taken out of the segment.
+    ``comm_aware``: a comm source reports each host-timed collective to :meth:`add_comm_ms`;
+    that time is taken out of the segment of a non-comm phase it ran in. Reported, not polled:
+    a collective costs one call, and a phase change none.
     """
 
     __slots__ = (
-        "_comm_mark",
-        "_comm_ms",
+        "_comm_aware",
         "_current",
         "_mark",
         "_moved",
+        "_pending",
         "_stack",
         "_totals",
         "first",
     )
 
-    def __init__(self, comm_ms: Callable[[], float] | None = None) -> None:
+    def __init__(self, comm_aware: bool = False) -> None:
         self._totals = [0.0] * len(PHASES)
         self._current = _NONE
         self._stack: list[int] = []
         self._mark = 0.0
-        self._comm_mark = 0.0
-        self._comm_ms = comm_ms
+        self._comm_aware = comm_aware
+        self._pending = 0.0  # seconds of collectives reported since the segment began
         self._moved = 0.0
         self.first = -1.0
+
+    def add_comm_ms(self, ms: float) -> None:
+        """A collective timed on the host took ``ms`` (called by the comm source)."""
+        self._pending += ms * 1e-3
 
     def _close_segment(self, now: float) -> None:
         phase = self._current
         seconds = now - self._mark
-        comm_ms = self._comm_ms
-        if comm_ms is not None:
-            total = comm_ms()
+        pending = self._pending
+        if pending:
+            self._pending = 0.0
             if phase != COMM:
                 # a collective inside this phase (ZeRO's reduce hooks in backward) counts in
                 # comm only: moved there, never more than the segment it ran in
-                moved = min(max(seconds, 0.0), (total - self._comm_mark) * 1e-3)
+                moved = min(max(seconds, 0.0), pending)
                 seconds -= moved
                 self._moved += moved
-            self._comm_mark = total
         if seconds > 0.0:
             self._totals[phase] += seconds
         self._mark = now
@@ -125,15 +129,14 @@ class HostPhaseClock:
             self._stack.append(current)
         else:
             self._mark = now
+            self._pending = 0.0  # collectives run while no phase was open: in no phase
             if self.first < 0.0:
                 self.first = now
-            if self._comm_ms is not None:
-                self._comm_mark = self._comm_ms()
         self._current = phase
 
     def end(self, phase: int) -> None:
         """Close ``phase`` (and inner phases left open); the paused outer phase resumes."""
-        if self._current == phase and not self._stack and self._comm_ms is None:
+        if self._current == phase and not self._stack and not self._pending:
             seconds = _now() - self._mark  # the usual case, kept short
             if seconds > 0.0:
                 self._totals[phase] += seconds
@@ -163,7 +166,7 @@ class HostPhaseClock:
     def take_moved_comm_ms(self) -> float | None:
         """Collective time moved out of other phases since the previous call (None without a
         comm source: nothing is moved, and the comm phase is all the clock knows)."""
-        if self._comm_ms is None:
+        if not self._comm_aware:
             return None
         moved, self._moved = self._moved, 0.0
         return moved * 1e3
@@ -225,8 +228,8 @@ class CommSource(Protocol):
     def take_step_comm_ms(self) -> float | Deferred:
         """Milliseconds in collectives since the previous call."""
 
-    def host_comm_ms(self) -> float:
-        """Running total of milliseconds in collectives timed on the host (monotonic)."""
+    def watch_host_comm(self, watcher: Callable[[float], None] | None) -> None:
+        """Call ``watcher(ms)`` after each collective timed on the host (None: stop)."""
 
 
 def phase_clock(device: Any, comm: CommSource | None, breakdown: bool = True) -> PhaseClock:
@@ -238,4 +241,7 @@ def phase_clock(device: Any, comm: CommSource | None, breakdown: bool = True) ->
         timers = span_timers(device, len(PHASES))
         timers[DATA] = HostSpanTimer()
         return DevicePhaseClock(timers)
-    return HostPhaseClock(comm.host_comm_ms if comm is not None else None)
+    clock = HostPhaseClock(comm_aware=comm is not None)
+    if comm is not None:
+        comm.watch_host_comm(clock.add_comm_ms)
+    return clock

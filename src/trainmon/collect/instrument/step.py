@@ -83,8 +83,8 @@ class StepInstrument:
         if time_collectives and _distributed_initialised():
             self.comms = _start_comms(monitor)
         comm_source: CommSource | None = self.comms
-        if comm_source is not None and not callable(getattr(comm_source, "host_comm_ms", None)):
-            comm_source = None  # a stand-in without the running total: no subtraction
+        if comm_source is not None and not callable(getattr(comm_source, "watch_host_comm", None)):
+            comm_source = None  # a stand-in that reports no collective: no subtraction
         self._clock = clock = phase_clock(device, comm_source, self.breakdown)
         self.throughput = Throughput.from_config(config.throughput, device)
         self.memory = MemoryProbe(device, config.steps_per_print) if memory else None
