@@ -386,8 +386,8 @@ class _DeepSpeedDriver:
     def backward(self, loss: Any, *args: Any, **kwargs: Any) -> Any:
         """DeepSpeed's backward; the micro-batch's loss is kept (detached) for ``train/loss``."""
         instrument = self.instrument
-        if isinstance(loss, self._torch.Tensor):
-            instrument.record_loss(loss)
+        if isinstance(loss, self._torch.Tensor):  # detached: see TrainmonEngine.backward
+            instrument.record_loss(loss.detach())
         instrument.backward_begin()
         try:
             return self._originals["backward"](loss, *args, **kwargs)

@@ -205,8 +205,9 @@ class TrainmonEngine:
             )
         self._forwarded = retain_graph
         instrument = self.instrument
-        # the graph is freed by this backward; only with retain_graph would it be kept alive
-        instrument.record_loss(loss.detach() if retain_graph else loss)
+        # detached: the graph's objects then die with the step, as in a bare loop, rather than
+        # outlive a second of steps in the queue (young collections on this thread, full ones)
+        instrument.record_loss(loss.detach())
         instrument.backward_begin()
         try:
             scaled: Any = loss / self._gas if scale_wrt_gas and self._gas != 1 else loss

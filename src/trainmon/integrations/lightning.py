@@ -279,8 +279,10 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
             return
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
+            if getattr(loss, "requires_grad", False):  # manual optimisation: the user's loss
+                loss = loss.detach()
             # Lightning divides each batch's loss by the accumulation: undo it for the mean
-            inst.record_loss(loss if self._accumulate == 1 else loss.detach() * self._accumulate)
+            inst.record_loss(loss if self._accumulate == 1 else loss * self._accumulate)
         step = trainer.global_step
         if step != self._last_step:
             self._last_step = step

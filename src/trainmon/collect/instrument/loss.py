@@ -54,8 +54,10 @@ class LossAccumulator:
     def add(self, loss: Any) -> None:
         """Add one micro-batch's loss: a single-element tensor or a number.
 
-        The tensor is kept as given until the background reads it; pass ``loss.detach()`` when
-        its autograd graph must not live that long (a backward with ``retain_graph=True``).
+        The tensor is kept as given until the background reads it (up to a drain interval,
+        a second): pass ``loss.detach()``, as trainmon's drivers do, or the step's autograd
+        graph lives that long, and its objects, many steps' worth, fill the garbage
+        collector's generations on the training thread.
         """
         self._values.append(loss)
 

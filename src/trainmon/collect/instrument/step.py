@@ -142,8 +142,9 @@ class StepInstrument:
     """The optimizer step ended."""
     record_loss: Callable[[Any], None]
     """One micro-batch's loss (a single-element tensor or a number); never read on the
-    training thread. The tensor is kept until the background reads it: detach it first if
-    its graph must not live that long (``retain_graph=True``)."""
+    training thread. The tensor is kept until the background reads it: pass it detached, or
+    its autograd graph lives that long (see
+    :meth:`~trainmon.collect.instrument.loss.LossAccumulator.add`)."""
 
     def step_begin(self) -> None:
         """Mark the start of the first step (later steps run from the previous step end)."""
