@@ -7,11 +7,13 @@ attached and detached block by block) must measure the same steps.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -245,20 +247,33 @@ def time_block(
 ) -> dict[str, Any]:
     """One timed block: a step per batch (wall and thread CPU each), then ``sync()`` (on a GPU:
     the steps' device work; the host runs ahead of it) and ``monitor.flush()`` (when there is a
-    monitor), all of it timed, and the process's CPU over the whole."""
+    monitor), all of it timed, and the process's CPU over the whole; and the garbage
+    collections the training thread ran in the steps (a queue that keeps objects made on the
+    training thread makes it collect more often)."""
     perf, thread_cpu, process_cpu = (
         time.perf_counter_ns,
         time.thread_time_ns,
         time.process_time_ns,
     )
     walls, cpus = [], []
+    collections = [0]
+    training_thread = threading.current_thread()
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and threading.current_thread() is training_thread:
+            collections[0] += 1
+
+    gc.callbacks.append(count)
     p0 = process_cpu()
-    for batch in batches:
-        c0, w0 = thread_cpu(), perf()
-        train_step(engine, batch)
-        w1, c1 = perf(), thread_cpu()
-        walls.append(w1 - w0)
-        cpus.append(c1 - c0)
+    try:
+        for batch in batches:
+            c0, w0 = thread_cpu(), perf()
+            train_step(engine, batch)
+            w1, c1 = perf(), thread_cpu()
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+    finally:
+        gc.callbacks.remove(count)
     backlog = monitor.pending_events if monitor is not None else 0
     c0, w0 = thread_cpu(), perf()
     if sync is not None:
@@ -274,4 +289,5 @@ def time_block(
         "flush_thread_ns": c1 - c0,
         "process_ns": p1 - p0,
         "backlog": backlog,
+        "collections": collections[0],
     }

@@ -35,6 +35,7 @@ class Series:
     background: list[float] = field(default_factory=list)  # other threads' CPU: process - thread
     flush: list[float] = field(default_factory=list)  # ms per block
     backlog: list[float] = field(default_factory=list)
+    collections: list[float] = field(default_factory=list)  # training thread's, per 1,000 steps
     every_step: list[float] = field(default_factory=list)
     cycle: list[int] = field(default_factory=list)  # the cycle (set of processes) of each block
     started: list[int] = field(default_factory=list)  # each cycle's start position
@@ -52,6 +53,7 @@ class Series:
         self.background.append(self.process[-1] - self.thread[-1])
         self.flush.append(block["flush_wall_ns"] / 1e6)
         self.backlog.append(float(block["backlog"]))
+        self.collections.append(1000.0 * block.get("collections", 0) / n)
         self.every_step.extend(ns / 1e6 for ns in block["wall_ns"])
 
 
@@ -88,6 +90,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
             "off-CPU",
             "flush ms/block",
             "backlog",
+            "GC / 1k steps",
         ),
         [
             (
@@ -102,6 +105,7 @@ def report(series: dict[str, Series]) -> list[dict[str, Any]]:
                 f"{statistics.median(s.off_cpu):.3f}",
                 f"{statistics.median(s.flush):.2f}",
                 f"{statistics.median(s.backlog):.0f}",
+                f"{statistics.fmean(s.collections):.1f}",
             )
             for name, s in series.items()
         ],
