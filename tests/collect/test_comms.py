@@ -572,7 +572,7 @@ def test_a_collective_inside_a_phase_counts_in_comm_only(
     }
     for step in (2, 3):
         values = steps[step]
-        assert 10.0 <= values["perf/forward_ms"] < 25.0, values  # 10 ms, not 40
+        assert 10.0 <= values["perf/forward_ms"] < 35.0, values  # 10 ms, not 40
         assert values["perf/comm_ms"] >= 30.0, values
         parts = sum(values[f"perf/{p}_ms"] for p in ("forward", "optimizer", "comm", "data"))
         assert parts <= values["perf/step_time_ms"] * 1.05 + 1.0, values
