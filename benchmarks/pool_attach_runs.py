@@ -26,9 +26,16 @@ import harness
 RESAMPLES = 4000
 
 
-def load_series(path: Path, contender: str, baseline: str) -> tuple[list[float], list[float]]:
-    """One run's per-round wall ms/step of ``contender`` and ``baseline`` (paired by round)."""
+def load_blocks(path: Path) -> dict[str, Any]:
+    """A run's per-contender block figures (``bench_attach.py --json``'s ``blocks``)."""
     blocks: dict[str, Any] = json.loads(path.read_text())["blocks"]
+    return blocks
+
+
+def load_series(
+    path: Path, blocks: dict[str, Any], contender: str, baseline: str
+) -> tuple[list[float], list[float]]:
+    """One run's per-round wall ms/step of ``contender`` and ``baseline`` (paired by round)."""
     for name in (contender, baseline):
         if name not in blocks:
             raise SystemExit(f"{path}: no blocks of {name!r} (it has {', '.join(sorted(blocks))})")
@@ -39,15 +46,15 @@ def load_series(path: Path, contender: str, baseline: str) -> tuple[list[float],
 
 
 def pooled_rows(
-    paths: list[Path], contender: str, baseline: str, rng: random.Random
+    runs: dict[Path, dict[str, Any]], contender: str, baseline: str, rng: random.Random
 ) -> tuple[list[list[str]], tuple[float, tuple[float, float]]]:
     """One row per run (its own median and interval), then the pooled row; and the pooled
     overhead with its two-level interval (fractions)."""
     rows: list[list[str]] = []
     groups_c: list[list[float]] = []
     groups_b: list[list[float]] = []
-    for path in paths:
-        walls_c, walls_b = load_series(path, contender, baseline)
+    for path, blocks in runs.items():
+        walls_c, walls_b = load_series(path, blocks, contender, baseline)
         groups_c.append(walls_c)
         groups_b.append(walls_b)
         ratio = harness.paired_overhead(walls_c, walls_b, rng, RESAMPLES)
@@ -56,13 +63,9 @@ def pooled_rows(
     pooled = harness.paired_overhead_grouped(groups_c, groups_b, rng, RESAMPLES)
     added = harness.paired_difference_grouped(groups_c, groups_b, rng, RESAMPLES)
     rounds = sum(map(len, groups_c))
-    label = f"**pooled ({len(paths)} runs)**"
+    label = f"**pooled ({len(runs)} runs)**"
     rows.append([label, str(rounds), harness.percent_ci(*pooled), _ms_ci(*added)])
     return rows, pooled
-
-
-def _contenders(path: Path) -> set[str]:
-    return set(json.loads(path.read_text())["blocks"])
 
 
 def _ms_ci(median: float, interval: tuple[float, float]) -> str:
@@ -82,10 +85,11 @@ def main() -> int:
     pairs = [(args.contender, args.baseline)]
     if args.control:
         pairs.append((args.control, args.baseline))
+    every_run = {path: load_blocks(path) for path in args.runs}
     verdicts = []
     for contender, baseline in pairs:
-        runs = [path for path in args.runs if contender in _contenders(path)]
-        left_out = [path.stem for path in args.runs if path not in runs]
+        runs = {path: blocks for path, blocks in every_run.items() if contender in blocks}
+        left_out = [path.stem for path in every_run if path not in runs]
         print(
             f"\n{contender} / {baseline}" + (f" (not in {', '.join(left_out)})" if left_out else "")
         )

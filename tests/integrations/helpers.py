@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,16 @@ import trainmon
 from conftest import torchrun as run_torchrun
 
 SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def deepspeed_env() -> dict[str, str]:
+    """The environment of a DeepSpeed script run in a subprocess: this interpreter's path, the
+    CPU accelerator, and DeepSpeed's JIT ops cached where set-up built them."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DS_ACCELERATOR="cpu")
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    return env
+
+
 #: The step-time parts the drivers log, which must add up to no more than the step.
 PARTS = (
     "perf/data_ms",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 import trainmon
+from integrations.helpers import deepspeed_env
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 WORKER = SCRIPTS / "deepspeed_worker.py"
@@ -31,13 +31,6 @@ pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DS_ACCELERATOR="cpu")
-    default_cache = Path(sys.prefix) / "torch_extensions"
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(default_cache))
-    return env
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,7 +38,8 @@ def _free_port() -> int:
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=420, env=_env())
+    env = deepspeed_env()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=420, env=env)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return result
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from integrations.helpers import SCRIPTS, journal_steps
+from integrations.helpers import SCRIPTS, deepspeed_env, journal_steps
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
@@ -20,14 +19,12 @@ pytestmark = pytest.mark.slow
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One run of the grad-norm script; its output folder."""
     out = tmp_path_factory.mktemp("grad-norm")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DS_ACCELERATOR="cpu")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / "deepspeed_grad_norm.py"), str(out)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=deepspeed_env(),
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return out

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from integrations.helpers import SCRIPTS, tensorboard_scalars
+from integrations.helpers import SCRIPTS, deepspeed_env, tensorboard_scalars
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
@@ -19,14 +18,12 @@ pytestmark = pytest.mark.slow
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One run of the seed-events script; its output folder and its stdout + stderr."""
     out = tmp_path_factory.mktemp("seed-events")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DS_ACCELERATOR="cpu")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / "deepspeed_seed_events.py"), str(out)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=deepspeed_env(),
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]

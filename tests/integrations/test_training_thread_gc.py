@@ -9,7 +9,6 @@ in long runs, full ones of every object in the process (a pause of 0.1 s and mor
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,23 +16,22 @@ from pathlib import Path
 import pytest
 
 import trainmon
+from integrations.helpers import SCRIPTS, deepspeed_env
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).parents[1] / "scripts" / "gc_worker.py"
+WORKER = SCRIPTS / "gc_worker.py"
 STEPS = 1500
 
 
 def test_attach_adds_no_collections_on_the_training_thread(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DS_ACCELERATOR="cpu")
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     result = subprocess.run(
         [sys.executable, str(WORKER), str(tmp_path), str(STEPS)],
         capture_output=True,
         text=True,
         timeout=300,
-        env=env,
+        env=deepspeed_env(),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = json.loads(result.stdout.strip().splitlines()[-1])

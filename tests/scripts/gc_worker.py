@@ -50,12 +50,12 @@ def count_collections(step: Callable[[], None], steps: int) -> dict[str, int]:
     return dict(counts)
 
 
-def batches() -> tuple[torch.Tensor, torch.Tensor]:
+def one_batch() -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
     return torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen)
 
 
-def deepspeed_engine(out: Path) -> Any:
+def deepspeed_engine() -> Any:
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 16)
     config = {
@@ -73,8 +73,8 @@ def main() -> None:
     out, steps = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
-    x, y = batches()
-    engine = deepspeed_engine(out)
+    x, y = one_batch()
+    engine = deepspeed_engine()
 
     def ds_step() -> None:
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
