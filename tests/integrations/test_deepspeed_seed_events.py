@@ -49,6 +49,19 @@ def test_a_colliding_name_keeps_one_x_axis_per_tag(run: tuple[Path, str]) -> Non
     assert "global_steps" in output and "global_samples" in output
 
 
+def test_deepspeeds_own_events_follow_deepspeeds_config(run: tuple[Path, str]) -> None:
+    """DeepSpeed's Train/Samples events are written when DeepSpeed's config turns its monitor
+    on; with TensorBoard given to attach only, the folder holds trainmon's tags and the user's
+    own engine.monitor events, and engine.monitor.enabled reads False as in DeepSpeed."""
+    out, output = run
+    assert sorted(tensorboard_scalars(out / "tb")["Train/Samples/lr"]) == [4, 8, 12, 16]
+    assert "attach-only engine.monitor.enabled=False" in output
+    tags = tensorboard_scalars(out / "tb-attach")
+    assert sorted(tags["train/loss"]) == [1, 2, 3]
+    assert tags["Eval/loss"] == {12: 0.5}
+    assert not [tag for tag in tags if tag.startswith("Train/Samples/")], sorted(tags)
+
+
 def test_no_empty_communication_summary_without_comms_logger(run: tuple[Path, str]) -> None:
     """With comms_logger off nothing about communication is printed at exit."""
     _, output = run

@@ -2,13 +2,16 @@
 
 Usage: deepspeed_seed_events.py OUTDIR. Trains 4 steps of a tiny ZeRO-0 engine with DeepSpeed's
 TensorBoard on and ``comms_logger`` off, and after each step writes the seed's ``(name, value)``
-pairs and a DeepSpeed-style ``("train/loss", value, global_samples)`` triple.
+pairs and a DeepSpeed-style ``("train/loss", value, global_samples)`` triple. Then a second
+engine whose DeepSpeed config has no monitor, with TensorBoard given to ``attach`` only: prints
+``engine.monitor.enabled`` and writes one event of the user's through ``engine.monitor``.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import single_rank
 
@@ -21,18 +24,38 @@ import trainmon  # noqa: E402
 from trainmon.integrations.deepspeed import detach  # noqa: E402
 
 
-def main() -> None:
-    out = Path(sys.argv[1])
-    torch.manual_seed(0)
+def tiny_engine(config: dict[str, Any]) -> Any:
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     config = {
         "train_batch_size": 4,
         "train_micro_batch_size_per_gpu": 4,
         "optimizer": {"type": "SGD", "params": {"lr": 1e-2}},
-        "tensorboard": {"enabled": True, "output_path": str(out), "job_name": "tb"},
+        **config,
     }
     engine, _, _, _ = deepspeed.initialize(
         model=net, model_parameters=net.parameters(), config=config
+    )
+    return engine
+
+
+def tensorboard_given_to_attach_only(out: Path) -> None:
+    """DeepSpeed's monitor stays off, as its config says; trainmon's TensorBoard is on."""
+    engine = tiny_engine({})
+    tensorboard = {"enabled": True, "output_path": str(out), "job_name": "tb-attach"}
+    trainmon.attach(engine, {"console": {"enabled": False}, "tensorboard": tensorboard})
+    print(f"attach-only engine.monitor.enabled={engine.monitor.enabled}")
+    for _ in range(3):
+        engine.backward(engine(torch.randn(4, 8)).pow(2).mean())
+        engine.step()
+    engine.monitor.write_events([("Eval/loss", 0.5, engine.global_samples)])
+    detach(engine)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    torch.manual_seed(0)
+    engine = tiny_engine(
+        {"tensorboard": {"enabled": True, "output_path": str(out), "job_name": "tb"}}
     )
     trainmon.attach(engine, {"console": {"enabled": False}})
     for _ in range(4):
@@ -51,6 +74,7 @@ def main() -> None:
         engine.monitor.write_events([("train/loss", loss.item(), engine.global_samples)])
         engine.monitor.write_events([("user/by_samples", 1.5, engine.global_samples)])
     detach(engine)
+    tensorboard_given_to_attach_only(out)
 
 
 if __name__ == "__main__":

@@ -324,9 +324,10 @@ class _DeepSpeedDriver:
         self._own_norm = fp32_stage0 and not self._clip_norm
         self._params = [p for p in engine.module.parameters() if p.requires_grad]
         self._uniform = len({(p.device, p.dtype) for p in self._params}) <= 1
-        # DeepSpeed's events through trainmon
+        # DeepSpeed's events through trainmon, when DeepSpeed's config turns its monitor on (as
+        # DeepSpeed does): a monitor on makes DeepSpeed build its Train/Samples events on the
+        # training thread every step (~30k instructions), duplicates of trainmon's train/* tags
         events_on = bool(getattr(self._ds_monitor, "enabled", False))
-        events_on = events_on or config.tensorboard.enabled or config.csv_monitor.enabled
         self.events = DeepSpeedEvents(self.monitor, events_on, self.rank)
         engine.monitor = self.events
         self._originals = {
@@ -337,6 +338,9 @@ class _DeepSpeedDriver:
         engine.step = self.step
         engine.allreduce_gradients = self.allreduce_gradients
         if self._clip_norm:
+            from deepspeed.runtime.utils import clip_grad_norm_  # imported once: not per step
+
+            self._clip_grad_norm = clip_grad_norm_
             engine.clip_fp32_gradients = self.clip_fp32_gradients
         engine.save_checkpoint = self.save_checkpoint
         engine.load_checkpoint = self.load_checkpoint
@@ -406,10 +410,8 @@ class _DeepSpeedDriver:
     def clip_fp32_gradients(self) -> None:
         """DeepSpeed's clipping at ZeRO 0 in fp32 (its own call), keeping the norm it computes
         (before clipping) for ``train/grad_norm`` instead of computing it a second time."""
-        from deepspeed.runtime.utils import clip_grad_norm_
-
         engine = self.engine
-        norm = clip_grad_norm_(
+        norm = self._clip_grad_norm(
             parameters=engine.module.parameters(),
             max_norm=engine.gradient_clipping(),
             mpu=engine.mpu,
