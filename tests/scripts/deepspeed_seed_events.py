@@ -24,13 +24,14 @@ import trainmon  # noqa: E402
 from trainmon.integrations.deepspeed import detach  # noqa: E402
 
 
-def tiny_engine(config: dict[str, Any]) -> Any:
+def tiny_engine(extra: dict[str, Any]) -> Any:
+    """A ZeRO-0 engine of a tiny MLP; ``extra`` goes into its DeepSpeed config."""
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     config = {
         "train_batch_size": 4,
         "train_micro_batch_size_per_gpu": 4,
         "optimizer": {"type": "SGD", "params": {"lr": 1e-2}},
-        **config,
+        **extra,
     }
     engine, _, _, _ = deepspeed.initialize(
         model=net, model_parameters=net.parameters(), config=config
