@@ -80,7 +80,7 @@ def count(name: str, steps: int, mlp: bool, folder: Path) -> dict[int, int]:
         str(steps),
         *(["--mlp"] if mlp else []),
     ]
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
+    result = subprocess.run(command, capture_output=True, text=True)
     files = sorted(folder.glob(f"{prefix.name}-*"))
     if result.returncode != 0 or not files:
         raise SystemExit(f"{name}: callgrind run failed:\n{result.stderr[-3000:]}")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 name,
                 f"{training / 1e3:,.1f}k",
-                "—" if name == "bare" else f"+{(training - base) / 1e3:,.1f}k",
+                "—" if name == "bare" else f"{(training - base) / 1e3:+,.1f}k",
                 f"{other / 1e3:,.1f}k",
                 "—" if name == "bare" else f"{(other - base_other) / 1e3:+,.1f}k",
             ]
