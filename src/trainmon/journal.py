@@ -47,10 +47,15 @@ Readers must skip kinds they do not know; later versions only add kinds and keys
 
 A run resumed from a checkpoint (see ``Monitor.load_state_dict``) writes, after its ``meta``
 line, ``{"v": 1, "kind": "resume", "step": int, "time": <unix s>}``: ``step`` is the first
-step the resumed run logs. What earlier lines logged at ``step`` or later is orphaned (the run
-that was cut short went past its checkpoint): :func:`read_journal`, ``summary`` and ``report``
-leave out those ``scalars`` lines, and ``window`` lines whose ``last_step`` is ``>= step``, so
-each step is seen once and the later run wins.
+step the resumed run logs.
+
+Every reader shows one surviving timeline: an attempt that starts at step ``s`` (its
+``resume`` step, else the step of its first ``scalars`` line, so a restart from scratch at
+step 1 counts too) replaces what the earlier attempts logged at ``s`` and later.
+:func:`read_journal`, ``summary``, ``compare``, ``report``, ``tail``, ``sync`` and ``goodput``
+leave out those ``scalars``, ``histogram`` and ``text`` lines, and ``window`` lines whose
+``last_step`` is ``>= s``, so each step is seen once and the later attempt wins
+(:class:`Timeline`).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,48 +107,93 @@ def decode_value(value: Any) -> Any:
     return value
 
 
-def _starts_a_run(line: bytes) -> bool:
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(record, dict) and record.get("kind") == "meta"
-
-
 RESUME_KIND = "resume"
 _RESUME_MARK = b'"resume"'
-
+_META_MARK = b'"meta"'
+_SCALARS_MARK = b'"scalars"'
 
 _SCAN_CHUNK = 1 << 20
 
 
-def _marked_lines(f: Any) -> Iterator[bytes]:
-    """Each line of ``f``, with the lines that cannot hold a resume record emptied (cheap)."""
-    for line in f:
-        yield line if _RESUME_MARK in line else b""
+def journal_lines(
+    path: str | os.PathLike[str], chunk: int = _SCAN_CHUNK
+) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, line)`` of every line of a file, read ``chunk`` bytes at a time (a few
+    MB in memory whatever the file's size); a last line without its newline comes too."""
+    offset = 0
+    rest = b""
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                break
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield offset, line
+                offset += len(line) + 1
+    if rest:
+        yield offset, rest
 
 
-class ResumeCutoffs:
-    """Which lines a later ``resume`` record orphaned: :meth:`at` gives, for a line number
-    (asked in increasing order), the lowest step that a resume record after it starts again
-    from (``math.inf`` when none does)."""
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
-    def __init__(self, lines: list[bytes], data: bytes | None = None) -> None:
-        """``data``, the file the lines were split from, lets a journal without any resume
-        record skip the scan of its lines (one search of the whole file instead)."""
+
+def _mentions(path: str | os.PathLike[str]) -> tuple[int, bool]:
+    """How many lines may start an attempt (up to 2) and whether one may resume: one chunked
+    byte search, so a journal of one attempt never needs a pass over its lines."""
+    metas, resumed, tail = 0, False, b""
+    keep = max(len(_META_MARK), len(_RESUME_MARK)) - 1
+    with open(path, "rb") as f:
+        while chunk := f.read(_SCAN_CHUNK):
+            data = tail + chunk
+            metas += data.count(_META_MARK) - tail.count(_META_MARK)
+            resumed = resumed or _RESUME_MARK in data
+            if resumed or metas >= 2:
+                break
+            tail = data[-keep:]
+    return metas, resumed
+
+
+class Timeline:
+    """The surviving timeline of a journal: which records a later attempt replaced.
+
+    An attempt that starts at step ``s`` (its ``resume`` record's step, else the step of its
+    first ``scalars`` line) replaces what the earlier attempts logged at ``s`` and later: a
+    resume from a checkpoint and a restart from scratch follow the one rule. :meth:`at` gives,
+    for a line number (0-based, asked in increasing order), the lowest start step of the
+    attempts written after it (``math.inf`` when none replaces anything).
+    """
+
+    def __init__(self, lines: Iterable[bytes]) -> None:
         marks: list[tuple[int, int]] = []
-        scan = data is None or _RESUME_MARK in data
-        for number, line in enumerate(lines if scan else ()):
-            if _RESUME_MARK in line:
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if not isinstance(record, dict) or record.get("kind") != RESUME_KIND:
-                    continue
-                step = record.get("step")
-                if type(step) is int:
-                    marks.append((number, step))
+        opened: int | None = None  # the line of an attempt whose start step is not known yet
+        started = False  # the first attempt replaces nothing
+        for number, line in enumerate(lines):
+            if opened is not None and _SCALARS_MARK in line:
+                record = _record(line)
+                if record is not None and record.get("kind") == "scalars":
+                    step = record.get("step")
+                    if type(step) is int:
+                        marks.append((opened, step))
+                        opened = None
+            if _META_MARK in line:
+                record = _record(line)
+                if record is not None and record.get("kind") == "meta":
+                    opened = number if started else None
+                    started = True
+            elif _RESUME_MARK in line:
+                record = _record(line)
+                if record is not None and record.get("kind") == RESUME_KIND:
+                    step = record.get("step")
+                    if type(step) is int:
+                        marks.append((number, step))
+                        opened = None
         self._lines = [number for number, _ in marks]
         lowest: list[float] = [math.inf] * (len(marks) + 1)
         for i in range(len(marks) - 1, -1, -1):
@@ -152,22 +202,13 @@ class ResumeCutoffs:
         self._next = 0
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> ResumeCutoffs:
-        """The cutoffs of a journal read as a stream (for readers that never hold the whole
-        file): one chunked search for a resume record, and a pass over the lines only when
-        there is one. Line numbers are 0-based, as the file's lines come."""
-        found = False
-        tail = b""
-        with open(path, "rb") as f:
-            while chunk := f.read(_SCAN_CHUNK):
-                if _RESUME_MARK in tail + chunk[: len(_RESUME_MARK)] or _RESUME_MARK in chunk:
-                    found = True
-                    break
-                tail = chunk[-len(_RESUME_MARK) :]
-        if not found:
-            return cls([], b"")
-        with open(path, "rb") as f:
-            return cls(list(_marked_lines(f)))
+    def from_file(cls, path: str | os.PathLike[str]) -> Timeline:
+        """The timeline of a journal read as a stream: one chunked byte search, and a pass
+        over the lines (holding none of them) only when it holds a restart or a resume."""
+        metas, resumed = _mentions(path)
+        if metas < 2 and not resumed:
+            return cls(())
+        return cls(line for _, line in journal_lines(path))
 
     def __bool__(self) -> bool:
         return bool(self._lines)
@@ -180,10 +221,14 @@ class ResumeCutoffs:
         return self._lowest[self._next]
 
 
+_STEPPED_KINDS = frozenset({"scalars", "histogram", "text"})
+
+
 def orphaned(record: Mapping[str, Any], cutoff: float) -> bool:
-    """True for a ``scalars`` or ``window`` record at or past ``cutoff`` (see ``resume``)."""
+    """True for a record of a step at or past ``cutoff`` (``scalars``, ``histogram``, ``text``;
+    a ``window`` by its ``last_step``): a later attempt replaced it (see :class:`Timeline`)."""
     kind = record.get("kind")
-    if kind == "scalars":
+    if kind in _STEPPED_KINDS:
         step = record.get("step")
     elif kind == "window":
         step = record.get("last_step")
@@ -193,55 +238,73 @@ def orphaned(record: Mapping[str, Any], cutoff: float) -> bool:
 
 
 def read_journal(
-    path: str | os.PathLike[str], *, keep_orphaned: bool = False
+    path: str | os.PathLike[str],
+    *,
+    keep_orphaned: bool = False,
+    damaged: list[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield each record of a journal, decoding non-finite values.
+    """Yield each record of a journal, decoding non-finite values, reading it as a stream.
 
     A line cut short by a killed process (the last line, or one followed by the ``meta``
-    record of a restart) is skipped; a bad line elsewhere raises ``ValueError`` naming the
-    file and line number. Records orphaned by a later ``resume`` record (a run resumed from
-    a checkpoint) are left out, so each step comes from the run that logged it last, unless
-    ``keep_orphaned`` (for readers of the attempts themselves: the work a restart redid).
+    record of a restart) is skipped. A bad line elsewhere raises ``ValueError`` naming the
+    file and line number, unless ``damaged`` is given: then its line number (1-based) is
+    appended there and reading goes on. Records a later attempt replaced (see
+    :class:`Timeline`) are left out, so each step comes from the attempt that logged it last,
+    unless ``keep_orphaned`` (for readers of the attempts themselves: the work a restart redid).
     """
     path = Path(path)
     if path.is_dir():
         path = path / JOURNAL_FILE
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    last = len(lines) - 1
-    cutoffs = ResumeCutoffs(lines, data)
-    del data
-    for number, line in enumerate(lines):
+    timeline = Timeline.from_file(path) if not keep_orphaned else Timeline(())
+    pending: tuple[int, str] | None = None  # an unreadable line, judged by the next one
+    for number, (_, line) in enumerate(journal_lines(path)):
         if not line.strip():
             continue
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            if number == last or _starts_a_run(lines[number + 1]):
-                continue  # cut short by a killed process (then possibly restarted)
-            raise ValueError(f"{path}:{number + 1}: not a JSON object: {exc}") from exc
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{number + 1}: expected a JSON object")
-        if cutoffs and not keep_orphaned and orphaned(record, cutoffs.at(number)):
+            record, problem = None, f"not a JSON object: {exc}"
+        else:
+            problem = "" if isinstance(record, dict) else "expected a JSON object"
+        if pending is not None:
+            starts = record is not None and problem == "" and record.get("kind") == "meta"
+            if not starts:  # not cut short by a kill: damaged
+                _damaged(path, pending, damaged)
+            pending = None
+        if problem:
+            pending = (number + 1, problem)
             continue
-        values = record.get("values")
-        if isinstance(values, dict):
-            record["values"] = {k: decode_value(v) for k, v in values.items()}
-        kind = record.get("kind")
-        if kind == "histogram":
-            for key in ("min", "max", "sum", "sum_squares"):
-                if key in record:
-                    record[key] = decode_value(record[key])
-        elif kind == "hparams":
-            for key in ("hparams", "metrics"):
-                found = record.get(key)
-                if isinstance(found, dict):
-                    record[key] = {k: decode_value(v) for k, v in found.items()}
-        stats = record.get("stats")
-        if isinstance(stats, dict):
-            record["stats"] = {
-                name: {k: decode_value(v) for k, v in s.items()} if isinstance(s, dict) else s
-                for name, s in stats.items()
-            }
-        yield record
+        assert record is not None
+        if timeline and orphaned(record, timeline.at(number)):
+            continue
+        yield _decoded(record)
+
+
+def _damaged(path: Path, found: tuple[int, str], damaged: list[int] | None) -> None:
+    if damaged is None:
+        raise ValueError(f"{path}:{found[0]}: {found[1]}")
+    damaged.append(found[0])
+
+
+def _decoded(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the non-finite names of its values turned back into floats."""
+    values = record.get("values")
+    if isinstance(values, dict):
+        record["values"] = {k: decode_value(v) for k, v in values.items()}
+    kind = record.get("kind")
+    if kind == "histogram":
+        for key in ("min", "max", "sum", "sum_squares"):
+            if key in record:
+                record[key] = decode_value(record[key])
+    elif kind == "hparams":
+        for key in ("hparams", "metrics"):
+            found = record.get(key)
+            if isinstance(found, dict):
+                record[key] = {k: decode_value(v) for k, v in found.items()}
+    stats = record.get("stats")
+    if isinstance(stats, dict):
+        record["stats"] = {
+            name: {k: decode_value(v) for k, v in s.items()} if isinstance(s, dict) else s
+            for name, s in stats.items()
+        }
+    return record

@@ -486,25 +486,33 @@ def test_the_fp16_grad_scaler_comes_back(tmp_path: Path) -> None:
     assert resumed == [(4, 1024.0)]  # a fresh scaler would say 256 here
 
 
-def test_resume_cutoffs_read_as_a_stream_match_the_whole_file(
+def test_timeline_read_as_a_stream_matches_the_whole_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ResumeCutoffs.from_file (for streaming readers) gives the same cutoff for every line as
-    the in-memory form, across chunk boundaries, and none for a journal without a resume."""
+    """Timeline.from_file (for streaming readers) gives the same cutoff for every line as the
+    in-memory form, across chunk boundaries, and none for a journal of one attempt."""
     import trainmon.journal
-    from trainmon.journal import ResumeCutoffs
+    from trainmon.journal import Timeline
 
     monkeypatch.setattr(trainmon.journal, "_SCAN_CHUNK", 7)  # markers cross chunk boundaries
 
     lines = [b'{"kind":"scalars","step":%d,"values":{}}' % i for i in range(1, 30)]
-    lines.insert(12, b'{"v":1,"kind":"resume","step":6,"time":0}')
-    lines.insert(25, b'{"v":1,"kind":"resume","step":4,"time":0}')
+    lines.insert(0, b'{"v":1,"kind":"meta","time":0}')
+    lines.insert(12, b'{"v":1,"kind":"meta","time":1}')
+    lines.insert(13, b'{"v":1,"kind":"resume","step":6,"time":1}')
+    lines.insert(25, b'{"v":1,"kind":"meta","time":2}')  # from scratch: its first step is 23
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    whole = ResumeCutoffs(path.read_bytes().split(b"\n"))
-    streamed = ResumeCutoffs.from_file(path)
+    whole = Timeline(path.read_bytes().split(b"\n"))
+    streamed = Timeline.from_file(path)
     assert [streamed.at(n) for n in range(len(lines))] == [whole.at(n) for n in range(len(lines))]
-    again = ResumeCutoffs(path.read_bytes().split(b"\n"))  # at() only moves forward
-    assert (again.at(0), again.at(13), again.at(24), again.at(26)) == (4, 4, 4, math.inf)
+    again = Timeline(path.read_bytes().split(b"\n"))  # at() only moves forward
+    assert (again.at(0), again.at(12), again.at(13), again.at(24), again.at(26)) == (
+        6,
+        6,
+        23,
+        23,
+        math.inf,
+    )
     (tmp_path / "plain.jsonl").write_bytes(b"\n".join(lines[:12]))
-    assert not ResumeCutoffs.from_file(tmp_path / "plain.jsonl")
+    assert not Timeline.from_file(tmp_path / "plain.jsonl")

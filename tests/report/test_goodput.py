@@ -408,17 +408,24 @@ def test_the_data_part_of_kept_steps_is_data_wait(tmp_path: Path) -> None:
     assert result.productive_s == pytest.approx(computed, rel=0.25, abs=0.05)
 
 
-def test_goodput_of_a_damaged_journal_names_the_line(
+def test_goodput_skips_a_damaged_line_as_summary_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A line in the middle of the journal that is not JSON: exit 1, naming file and line."""
+    """A line in the middle of the journal that is not JSON: goodput, like summary, skips it,
+    names the line in a note and still reads every step around it (exit 0)."""
     with trainmon.Monitor(_config(tmp_path)) as monitor:
-        monitor.log({"train/loss": 1.0}, step=1)
+        for step in range(1, 4):
+            monitor.log({"train/loss": 1.0}, step=step)
     journal = tmp_path / "job" / "metrics.jsonl"
     lines = journal.read_text().splitlines()
     journal.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
-    assert main(["goodput", str(tmp_path / "job")]) == 1
-    assert f"{journal}:2: not a JSON object" in capsys.readouterr().err
+    assert main(["goodput", str(tmp_path / "job"), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped 1 unreadable line(s) (first: line 2 of metrics.jsonl)" in captured.err
+    attempts = json.loads(captured.out)["attempts"]
+    assert [(a["first_step"], a["last_step"], a["steps"]) for a in attempts] == [(1, 3, 3)]
+    assert main(["summary", str(tmp_path / "job")]) == 0
+    assert "skipped 1 unreadable line(s)" in capsys.readouterr().out
 
 
 def test_overlapping_spans_are_counted_once(tmp_path: Path) -> None:

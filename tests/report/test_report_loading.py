@@ -92,7 +92,7 @@ def test_a_restarted_run_keeps_the_latest_value_of_a_repeated_step(tmp_path: Pat
             monitor.write_events([("train/loss", 100.0 + step)])
     loss = load_run(tmp_path / "job").series["train/loss"]
     assert loss.steps == list(range(1, 13))
-    assert loss.values[7:] == [108.0, 109.0, 110.0, 111.0, 112.0]
+    assert list(loss.values[7:]) == [108.0, 109.0, 110.0, 111.0, 112.0]
     assert any("restarts" in note for note in load_run(tmp_path / "job").notes)
 
 

@@ -17,7 +17,10 @@ _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
 def goodput(args: argparse.Namespace) -> int:
     """Print the goodput table of one job folder (or its JSON with ``--json``)."""
-    attempts = read_attempts(args.run)
+    notes: list[str] = []
+    attempts = read_attempts(args.run, notes)
+    for note in notes:
+        print(f"  note: {note}", file=sys.stderr)
     if not attempts:
         raise RunError(f"{args.run}: the journal holds no attempt (no meta line)")
     result = measure(attempts)

@@ -3,17 +3,16 @@ replays into a backend.
 
 A job folder may hold several attempts (a run restarted into the same folder, from a
 checkpoint or from scratch; each starts with a ``meta`` line). A step that a later attempt
-did again counts once, with that attempt's values: each attempt's records at or past its
-``redone_from`` step (:mod:`trainmon.report.attempts`, the rule ``goodput`` counts lost work
-by) are left out. Within what is kept, several lines of one step merge, the last write of a
-name winning.
+did again counts once, with that attempt's values: the surviving timeline of
+:class:`~trainmon.journal.Timeline`, the rule every reader and ``goodput`` follow. Within
+what is kept, several lines of one step merge, the last write of a name winning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from typing import Any
 from trainmon.config import DEFAULT_JOB_NAME
 from trainmon.core.events import Extra, Histogram, Hparams, HparamValue, Number, StepScalars, Text
 from trainmon.journal import read_journal
-from trainmon.report.attempts import read_attempts
 from trainmon.report.loading import find_journal
 from trainmon.report.model import RunError
 
@@ -86,21 +84,22 @@ def load_replay(path: str | Path) -> Replay:
             f"{path}: no trainmon journal (metrics.jsonl) here; sync replays a journal, so "
             "enable the jsonl writer in the run's config"
         )
-    try:
-        records = list(read_journal(journal))
-    except ValueError as exc:
-        raise RunError(str(exc)) from None
-    metas = [r for r in records if r.get("kind") == "meta"]
+    damaged: list[int] = []
+    metas: list[dict[str, Any]] = []
+    records = read_journal(journal, damaged=damaged)  # the surviving timeline, as a stream
+    replay = Replay(journal=journal, job=DEFAULT_JOB_NAME, run_id="", attempts=1)
+    _keep(records, replay, metas)
     job = next((m["job"] for m in metas if isinstance(m.get("job"), str) and m["job"]), None)
-    replay = Replay(
-        journal=journal,
-        job=job or DEFAULT_JOB_NAME,
-        run_id=_run_id(metas[0] if metas else None, journal),
-        attempts=max(1, len(metas)),
-    )
+    replay.job = job or DEFAULT_JOB_NAME
+    replay.run_id = _run_id(metas[0] if metas else None, journal)
+    replay.attempts = max(1, len(metas))
     if note:
         replay.notes.append(note)
-    _keep(records, _cutoffs(journal, records), replay)
+    if damaged:
+        replay.notes.append(
+            f"skipped {len(damaged)} unreadable line(s) (first: line {damaged[0]} of "
+            f"{journal.name})"
+        )
     return replay
 
 
@@ -115,20 +114,6 @@ def _run_id(meta: Mapping[str, Any] | None, journal: Path) -> str:
     return hashlib.sha1(origin.encode()).hexdigest()[:20]
 
 
-def _cutoffs(journal: Path, records: Sequence[Mapping[str, Any]]) -> list[float]:
-    """For each record, the step from which its attempt's work was redone by a later one
-    (``inf`` when none was); records before the first ``meta`` line count as the first
-    attempt's."""
-    redone = [attempt.redone_from for attempt in read_attempts(journal)] or [math.inf]
-    cutoffs: list[float] = []
-    number = -1
-    for record in records:
-        if record.get("kind") == "meta":
-            number += 1
-        cutoffs.append(redone[min(max(number, 0), len(redone) - 1)])
-    return cutoffs
-
-
 def _step(record: Mapping[str, Any]) -> int | None:
     step = record.get("step")
     if record.get("kind") in _STEPPED and type(step) is int:
@@ -136,7 +121,7 @@ def _step(record: Mapping[str, Any]) -> int | None:
     return None
 
 
-def _keep(records: Sequence[dict[str, Any]], cutoffs: Sequence[float], replay: Replay) -> None:
+def _keep(records: Iterable[dict[str, Any]], replay: Replay, metas: list[dict[str, Any]]) -> None:
     values: dict[int, dict[str, Number]] = {}
     times: dict[int, float] = {}
     extras: dict[tuple[str, str, int], Histogram | Text] = {}
@@ -144,8 +129,11 @@ def _keep(records: Sequence[dict[str, Any]], cutoffs: Sequence[float], replay: R
     metrics: dict[str, Number] = {}
     hparams_time: float | None = None
     hparams_step = 0
-    for record, cutoff in zip(records, cutoffs, strict=True):
+    for record in records:
         kind = record.get("kind")
+        if kind == "meta":
+            metas.append(record)
+            continue
         if kind == "hparams":
             hparams.update(_dict(record.get("hparams")))
             metrics.update(_numbers(record.get("metrics")))
@@ -153,7 +141,7 @@ def _keep(records: Sequence[dict[str, Any]], cutoffs: Sequence[float], replay: R
             hparams_step = _int(record.get("step"), hparams_step)
             continue
         step = _step(record)
-        if step is None or step >= cutoff:
+        if step is None:
             continue
         if kind == "scalars":
             step_values = values.get(step)

@@ -130,19 +130,26 @@ def _number(value: Any) -> float:
 
 
 _STEP = re.compile(rb'"step":(\d+)')
+_TIME = re.compile(rb'"time":(-?[\d.eE+-]+)')
 _SHOWN_KINDS = (b'"window"', b'"meta"', b'"resume"', b'"end"')
 
 
 def _window_lines(lines: list[bytes], run: dict[str, Any]) -> list[tuple[float, str]]:
     """Window lines as the console printed them, and a line at each restart; ``run`` keeps
-    the last meta's world size and what the restart line needs (the steps seen so far)."""
-    out = []
+    the last meta's world size and what the restart line needs (the steps seen so far).
+
+    A restart (a resume, or a new attempt's first step at or before steps already seen)
+    removes the windows these lines gave that it replaced: what is printed at once is the
+    surviving timeline, as in ``summary``."""
+    out: list[tuple[float, str, int | None]] = []
     for line in lines:
         if not any(kind in line for kind in _SHOWN_KINDS):
             if b'"scalars"' in line:  # not shown; only its step is noted (cheaply)
                 found = _STEP.search(line)
                 if found:
                     step = int(found.group(1))
+                    if run.pop("starting", False):  # a new attempt's first step
+                        out = _restarted(out, run, step, None, _line_time(line))
                     run.setdefault("steps", {})[step] = run.get("attempt", 1)
             continue
         try:
@@ -157,37 +164,52 @@ def _window_lines(lines: list[bytes], run: dict[str, Any]) -> list[tuple[float, 
             if "attempt" in run or run.get("steps"):  # a restart into the same folder
                 run["previous_ended"] = run.get("ended", "killed")
                 run["attempt"] = run.get("attempt", 1) + 1
+                run["starting"] = True
             else:
                 run["attempt"] = 1
             run["ended"] = "killed"  # until its end record says otherwise
         elif record.get("kind") == "end":
             run["ended"] = "closed" if record.get("status") == "success" else "ended"
         elif record.get("kind") == "resume" and isinstance(record.get("step"), int):
-            out.append(_restart_line(record, run))
+            run.pop("starting", None)
+            first = record["step"]
+            out = _restarted(out, run, first, first - 1, _number(record.get("time")))
         elif record.get("kind") == "window":
             window = window_from_record(record)
             if window is not None:
                 text = format_window(window, world_size=run.get("world_size"))
-                out.append((window.end_time, text))
-    return out
+                out.append((window.end_time, text, window.last_step))
+    return [(when, text) for when, text, _ in out]
 
 
-def _restart_line(record: dict[str, Any], run: dict[str, Any]) -> tuple[float, str]:
-    """``── restart · resumed from step 20 · steps 21–30 of the previous attempt replaced``."""
-    first = record["step"]
+def _line_time(line: bytes) -> float:
+    found = _TIME.search(line)
+    return float(found.group(1)) if found else math.inf
+
+
+def _restarted(
+    out: list[tuple[float, str, int | None]],
+    run: dict[str, Any],
+    first: int,
+    resumed_from: int | None,
+    when: float,
+) -> list[tuple[float, str, int | None]]:
+    """``out`` without the windows the restart at step ``first`` replaced, then the line
+    ``── restart: resumed from step 20 · steps 21–30 of the previous attempt replaced``
+    (or ``restarted from scratch``) when an earlier attempt had steps from ``first`` on."""
     attempt = run.get("attempt", 1)
     steps = run.get("steps", {})
     replaced = [s for s, a in steps.items() if s >= first and a != attempt]
     for s in replaced:
         del steps[s]
-    restart = (
-        Restart(attempt, _number(record.get("time")), first - 1, (min(replaced), max(replaced)))
-        if replaced
-        else Restart(attempt, _number(record.get("time")), first - 1, None)
-    )
+    if resumed_from is None and not replaced:
+        return out  # a new attempt that carries on after the last one: nothing to say
+    span = (min(replaced), max(replaced)) if replaced else None
+    restart = Restart(attempt, when, resumed_from, span)
     why = run.get("previous_ended")
     after = f" (the previous attempt was {why})" if why else ""
-    return restart.time, f"── restart: {restart.describe()}{after}"
+    kept = [entry for entry in out if entry[2] is None or entry[2] < first]
+    return [*kept, (restart.time, f"── restart: {restart.describe()}{after}", None)]
 
 
 def _alert_lines(lines: list[bytes]) -> list[tuple[float, str]]:

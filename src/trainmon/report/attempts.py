@@ -19,7 +19,7 @@ from typing import Any
 
 from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, read_journal
-from trainmon.report.loading import parse_alert_lines
+from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError
 
 #: The metric whose value is a step's data wait (the breakdown's data part).
@@ -54,6 +54,8 @@ class Attempt:
     stall_times: list[float] = field(default_factory=list)
     #: Steps at or past this one were redone by a later attempt (inf: none were).
     redone_from: float = math.inf
+    #: The step of this attempt's first ``scalars`` line (None before it logged one).
+    first_logged: int | None = None
 
     @property
     def finish(self) -> float:
@@ -71,10 +73,11 @@ class Attempt:
 
     @property
     def first_step(self) -> float:
-        """The first step this attempt (re)did: its resume point, else its first logged step."""
+        """The step this attempt started at: its resume point, else its first logged step
+        (the rule of :class:`~trainmon.journal.Timeline`, which every reader follows)."""
         if self.resume_step is not None:
             return self.resume_step
-        return self.steps[0].step if self.steps else math.inf
+        return math.inf if self.first_logged is None else self.first_logged
 
     @property
     def kept(self) -> list[StepMark]:
@@ -129,37 +132,45 @@ class Restart:
 
 
 def journal_file(path: str | os.PathLike[str]) -> Path:
-    """The journal of a job folder (rank 0's under ``per_rank_output``), or the file itself."""
-    path = Path(path)
-    for candidate in (path, path / JOURNAL_FILE, path / "rank-0" / JOURNAL_FILE):
-        if candidate.is_file():
-            return candidate
-    raise RunError(f"{path}: no trainmon journal ({JOURNAL_FILE}) there")
+    """The journal of a job folder as every reader finds it (rank 0's under
+    ``per_rank_output``), or the file itself; :class:`RunError` naming what is there else."""
+    journal, _ = find_journal(Path(path))
+    if journal is None:
+        raise RunError(f"{path}: no trainmon journal ({JOURNAL_FILE}) there")
+    return journal
 
 
-def read_attempts(path: str | os.PathLike[str]) -> list[Attempt]:
-    """The attempts of a journal, in the order they were written, with redone steps marked."""
+def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) -> list[Attempt]:
+    """The attempts of a journal, in the order they were written, with redone steps marked.
+
+    Read as a stream; a damaged line is skipped and counted in ``notes`` (as ``summary``
+    does), a line cut short by a kill is left out.
+    """
     attempts: list[Attempt] = []
     current: Attempt | None = None
     seen: dict[int, StepMark] = {}
-    try:
-        for record in read_journal(journal_file(path), keep_orphaned=True):
-            if record.get("kind") == "meta":
-                current = Attempt(
-                    index=len(attempts) + 1,
-                    id=str(record.get("attempt") or f"pid{record.get('pid')}"),
-                    start=_number(record.get("time")),
-                    last_seen=_number(record.get("time")),
-                )
-                attempts.append(current)
-                seen = {}
-            elif current is not None:  # (lines before any meta: not trainmon's writer)
-                _note(current, record, seen)
-    except ValueError as exc:  # a damaged line in the middle: read_journal names it
-        raise RunError(str(exc)) from exc
+    journal = journal_file(path)
+    damaged: list[int] = []
+    for record in read_journal(journal, keep_orphaned=True, damaged=damaged):
+        if record.get("kind") == "meta":
+            current = Attempt(
+                index=len(attempts) + 1,
+                id=str(record.get("attempt") or f"pid{record.get('pid')}"),
+                start=_number(record.get("time")),
+                last_seen=_number(record.get("time")),
+            )
+            attempts.append(current)
+            seen = {}
+        elif current is not None:  # (lines before any meta: not trainmon's writer)
+            _note(current, record, seen)
+    if damaged and notes is not None:
+        notes.append(
+            f"skipped {len(damaged)} unreadable line(s) (first: line {damaged[0]} of "
+            f"{journal.name})"
+        )
     for attempt in attempts:
         attempt.steps.sort(key=lambda s: s.step)
-    _add_stalls(attempts, journal_file(path).parent / ALERTS_FILE)
+    _add_stalls(attempts, journal.parent / ALERTS_FILE)
     _mark_redone(attempts)
     return attempts
 
@@ -218,6 +229,8 @@ def _note(attempt: Attempt, record: dict[str, Any], seen: dict[int, StepMark]) -
         for name, value in values.items():
             if name.startswith("alerts/") and "stall" in name and value == 1:
                 attempt.stall_times.append(float(t))
+        if attempt.first_logged is None:
+            attempt.first_logged = step
         mark = seen.get(step)
         if mark is None:
             mark = seen[step] = StepMark(step, float(t))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import operator
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from trainmon.core.alert import ALERTS_FILE
-from trainmon.journal import JOURNAL_FILE, ResumeCutoffs, orphaned
+from trainmon.journal import JOURNAL_FILE, Timeline, journal_lines, orphaned
 from trainmon.report.agree import distinct_steps, settle
 from trainmon.report.columns import Columns, FloatColumn, WindowRecords, number_or_none
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
@@ -118,24 +118,6 @@ def _event_files(folder: Path) -> list[Path]:
 # ---- the JSONL journal ---------------------------------------------------------------------
 
 
-def _lines(path: Path, chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
-    """(byte offset, line) of every line, read ``chunk`` bytes at a time."""
-    offset = 0
-    rest = b""
-    with open(path, "rb") as f:
-        while True:
-            data = f.read(chunk)
-            if not data:
-                break
-            lines = (rest + data).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                yield offset, line
-                offset += len(line) + 1
-    if rest:
-        yield offset, rest
-
-
 def load_journal(path: Path, name: str | None = None) -> Run:
     """Read a journal in one streaming pass (orjson per line, a few MB in memory at a time);
     see :mod:`trainmon.journal` for the schema."""
@@ -158,9 +140,9 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     bad: list[int] = []
     pending: int | None = None  # an unreadable line: cut short if a meta or the end follows
     number = 0
-    cutoffs = ResumeCutoffs.from_file(path)
+    cutoffs = Timeline.from_file(path)
     orphans = 0
-    for number, (offset, line) in enumerate(_lines(path), start=1):
+    for number, (offset, line) in enumerate(journal_lines(path), start=1):
         if not line or line.isspace():
             continue
         if pending is not None:
@@ -234,14 +216,11 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         )
     if orphans:
         run.notes.append(
-            f"resumed from a checkpoint: left out {orphans} record(s) that the run cut short "
-            "logged past its checkpoint (the resumed run's values are shown)"
+            f"left out {orphans} record(s) of an earlier attempt: a later attempt started "
+            "again at or before their step (resumed or restarted), and its values are shown"
         )
     if len(metas) > 1:
-        run.notes.append(
-            f"the journal holds {len(metas)} starts (restarts); a step logged twice keeps "
-            "its latest value"
-        )
+        run.notes.append(f"the journal holds {len(metas)} attempts (restarts into its folder)")
     if columns.dropped:
         run.notes.append(f"skipped {columns.dropped} value(s) that are not numbers")
     run.series = _finish(dict(columns.raw), run.notes)
