@@ -12,6 +12,8 @@ So wherever a URL, header or response body is printed (warnings, ``ConfigError``
 * :func:`credentials` (:func:`credentials_in` for every URL of a text) masks only the user
   info and secret-looking query values, keeping the path: for URIs whose path names a store,
   not a secret (an MLflow tracking URI, or an SDK's error quoting it);
+* :func:`without_userinfo` and :func:`userinfo` split ``user:password@`` off a URL, so that
+  senders connect to the host alone and send the credentials as a Basic header;
 * :func:`url_secrets` lists the parts of a URL that :func:`text` must hide when they come back
   on their own (a 4xx body quoting the path, for instance).
 """
@@ -74,8 +76,26 @@ def credentials_in(value: str) -> str:
 def without_userinfo(value: str) -> str:
     """``value`` with any ``user:password@`` removed: a URL fit for a plain HTTP probe."""
     scheme, sep, rest = value.partition("://")
-    authority, slash, tail = rest.partition("/")
-    return f"{scheme}{sep}{authority.rsplit('@', 1)[-1]}{slash}{tail}" if sep else value
+    if not sep:
+        return value
+    # the authority ends at the first "/", "?" or "#" (an "@" in the query is not user info)
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return f"{scheme}{sep}{rest[:end].rsplit('@', 1)[-1]}{rest[end:]}"
+
+
+def userinfo(value: str) -> tuple[str, str] | None:
+    """The percent-decoded ``(user, password)`` of ``value``'s ``user:password@`` ("" for a
+    missing password), or None when it has none: HTTP senders turn it into a Basic
+    ``Authorization`` header, as ``requests`` and ``curl`` do, since ``http.client`` would
+    take it for part of the host name."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return None
+    if user is None:
+        return None
+    return urllib.parse.unquote(user), urllib.parse.unquote(password or "")
 
 
 def url_secrets(value: str) -> list[str]:
@@ -86,7 +106,9 @@ def url_secrets(value: str) -> list[str]:
         password = parts.password
     except ValueError:
         return [value]
-    found = [value, parts.path, parts.query, parts.fragment, password or ""]
+    password = password or ""
+    found = [value, parts.path, parts.query, parts.fragment, password]
+    found.append(urllib.parse.unquote(password))  # as sent in the Basic header
     found += [s for s in parts.path.split("/") if s]
     found += [v for _, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)]
     return [s for s in found if len(s) >= _MIN_SECRET and s.strip("/")]

@@ -110,7 +110,7 @@ def load_config(source: ConfigSource = None, *, engine: bool = False) -> Trainmo
 def _read_file(path: Path) -> Mapping[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    text = path.read_text(encoding="utf-8")
+    text = _decoded(path, path.read_bytes())
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
@@ -126,6 +126,29 @@ def _read_file(path: Path) -> Mapping[str, Any]:
             f"got {type(data).__name__}"
         )
     return data
+
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _decoded(path: Path, data: bytes) -> str:
+    """``data`` as UTF-8 text, or a :class:`ConfigError` naming the file, the first byte that is
+    not UTF-8 and where it is: JSON and YAML configs are UTF-8, and a bare
+    ``UnicodeDecodeError`` would name neither the file nor the fix."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        if data.startswith(_UTF16_BOMS):
+            guess, source = "it starts with a UTF-16 byte-order mark (saved as 'Unicode')", "UTF-16"
+        else:
+            guess, source = "it looks saved in another encoding (Latin-1, Windows-1252)", "LATIN1"
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8: byte 0x{data[exc.start]:02x} at byte offset "
+            f"{exc.start} (line {line}) cannot be decoded as UTF-8 ({exc.reason}); {guess}. A "
+            f"config must be UTF-8 JSON or YAML: save it as UTF-8, e.g. "
+            f"iconv -f {source} -t UTF-8 OLD > NEW"
+        ) from None
 
 
 def _from_mapping(data: Mapping[str, Any], origin: str) -> TrainmonConfig:

@@ -8,6 +8,7 @@ in the docs (docs/outputs.md).
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import math
 import re
@@ -34,6 +35,21 @@ def metric_name(name: str, namespace: str = "trainmon") -> str:
     cleaned = _INVALID.sub("_", name)
     full = f"{namespace}_{cleaned}" if namespace else cleaned
     return "_" + full if not full or full[0].isdigit() else full
+
+
+def _push_target(url: str) -> tuple[str, Any]:
+    """The Pushgateway URL without its ``user:password@``, and the ``prometheus_client``
+    handler that sends them as a Basic ``Authorization`` header (percent-decoded): left in the
+    URL, ``urllib`` takes them for part of the host name and no push ever arrives."""
+    exposition = importlib.import_module("prometheus_client.exposition")
+    if "://" not in url:  # "pushgateway:9091": http, as prometheus_client assumes
+        url = "http://" + url
+    credentials = redact.userinfo(url)
+    if credentials is None:
+        return url, exposition.default_handler
+    user, password = credentials
+    handler = functools.partial(exposition.basic_auth_handler, username=user, password=password)
+    return redact.without_userinfo(url), handler
 
 
 class PortInUseError(OSError):
@@ -156,7 +172,10 @@ class PrometheusWriter(Writer):
             else:
                 where.append(str(self.url))
         self._push_registry: Any = None
+        self._gateway = ""
+        self._push_handler: Any = None
         if section.pushgateway_url is not None:
+            self._gateway, self._push_handler = _push_target(section.pushgateway_url)
             self._push_registry = client.CollectorRegistry()
             self._push_registry.register(_Collector(self._latest, {}))
             shown = redact.url(section.pushgateway_url)
@@ -247,11 +266,12 @@ class PrometheusWriter(Writer):
         self._dirty = False
         try:
             self._client.push_to_gateway(
-                self.section.pushgateway_url,
+                self._gateway,
                 job=self.job,
                 registry=self._push_registry,
                 grouping_key={"rank": str(self.rank)},
                 timeout=self.section.timeout_s,
+                handler=self._push_handler,
             )
         except Exception as exc:
             self._dirty = True  # the values are still to be pushed
@@ -263,10 +283,11 @@ class PrometheusWriter(Writer):
     def _delete(self) -> None:
         try:
             self._client.delete_from_gateway(
-                self.section.pushgateway_url,
+                self._gateway,
                 job=self.job,
                 grouping_key={"rank": str(self.rank)},
                 timeout=self.section.timeout_s,
+                handler=self._push_handler,
             )
         except Exception as exc:
             self._push_failed("delete the group on", exc)

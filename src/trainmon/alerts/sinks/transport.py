@@ -3,6 +3,7 @@ only; errors become :class:`~trainmon.alerts.delivery.DeliveryError`, retried or
 
 from __future__ import annotations
 
+import base64
 import http.client
 import os
 import urllib.error
@@ -10,6 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 
+from trainmon import redact
 from trainmon.alerts.delivery import DeliveryError
 
 _MAX_RESPONSE_BYTES = 64 * 1024
@@ -19,10 +21,19 @@ def http_send(
     url: str, body: bytes, *, headers: Mapping[str, str], timeout_s: float, method: str = "POST"
 ) -> bytes:
     """Send ``body`` and return the response body; errors become :class:`DeliveryError`
-    (retried for network errors, 5xx, 408 and 429; not for other 4xx)."""
-    request = urllib.request.Request(url, data=body, method=method)
+    (retried for network errors, 5xx, 408 and 429; not for other 4xx).
+
+    A ``user:password@`` in ``url`` is sent as a Basic ``Authorization`` header (percent-decoded,
+    as ``requests`` does) and the connection goes to the host alone: ``urllib`` would take the
+    user info for part of the host name and never connect. An ``Authorization`` in ``headers``
+    wins over it. It is not resent on a redirect, which may lead to another host.
+    """
+    request = urllib.request.Request(redact.without_userinfo(url), data=body, method=method)
     request.add_header("Content-Type", "application/json; charset=utf-8")
     request.add_header("User-Agent", "trainmon-alerts")
+    credentials = redact.userinfo(url)
+    if credentials is not None and not any(k.lower() == "authorization" for k in headers):
+        request.add_unredirected_header("Authorization", basic_authorization(*credentials))
     for name, value in headers.items():
         request.add_header(name, value)
     try:
@@ -40,6 +51,12 @@ def http_send(
         raise DeliveryError(f"cannot connect: {exc.reason}") from None
     except (OSError, http.client.HTTPException) as exc:
         raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
+
+
+def basic_authorization(user: str, password: str) -> str:
+    """The value of a Basic ``Authorization`` header (RFC 7617, UTF-8)."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
 
 
 def env_value(name: str | None, what: str) -> str | None:
