@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 
 from trainmon.report.extras import hparam_rows
+from trainmon.report.guard import refuse_output_in_record
 from trainmon.report.html import too_many_runs, write_report
 from trainmon.report.loading import load_run
 from trainmon.report.model import Run, RunError
@@ -64,6 +65,7 @@ def report(args: argparse.Namespace) -> int:
     if len(args.name) > len(args.runs):
         raise RunError(f"{len(args.name)} --name given for {len(args.runs)} run(s)")
     names = args.name + [None] * (len(args.runs) - len(args.name))
+    refuse_output_in_record(args.output, args.runs, "-o/--output")
     runs = [_load(path, name, fast=args.fast) for path, name in zip(args.runs, names, strict=True)]
     _unique_names(runs)
     path = write_report(runs, args.output, buckets=args.buckets, title=args.title)

@@ -41,6 +41,8 @@ class Replay:
     hparams: Hparams | None = None
     #: What the reader chose for the user (rank 0 of several), to be shown.
     notes: list[str] = field(default_factory=list)
+    #: ``(host, pid)`` of each process that wrote an attempt (whose live files are this run's).
+    processes: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def value_count(self) -> int:
@@ -93,6 +95,7 @@ def load_replay(path: str | Path) -> Replay:
     replay.job = job or DEFAULT_JOB_NAME
     replay.run_id = _run_id(metas[0] if metas else None, journal)
     replay.attempts = max(1, len(metas))
+    replay.processes = {(str(m.get("host")), m["pid"]) for m in metas if type(m.get("pid")) is int}
     if note:
         replay.notes.append(note)
     if damaged:

@@ -4,12 +4,16 @@ fact, through the same writer classes (and so the same layouts) as the live writ
 Every target is idempotent, so a sync can be repeated (after a crash of the sync itself, or
 to push what a run logged since):
 
-* ``tensorboard DIR`` writes ``DIR/<job>/``: a new set of event files that starts with
-  TensorBoard's restart marker at step 0, so the files the live writer left there are
-  superseded (for the readers that honour the marker: TensorBoard's Python ones, not its
-  fast data server); the files of an earlier sync (listed in ``.trainmon-sync.json``) are
-  removed, whatever the reader.
-* ``csv DIR`` builds ``DIR/<job>/`` in a staging folder and moves each file over the old one.
+* ``tensorboard DIR`` writes ``DIR/<job>/`` (``DIR/<name>`` with ``--name``): a new set of
+  event files that starts with TensorBoard's restart marker at step 0, so the files the live
+  writer of this run left there are superseded (for the readers that honour the marker:
+  TensorBoard's Python ones, not its fast data server); the files of an earlier sync of this
+  run (listed in ``.trainmon-sync.json``) are removed, whatever the reader.
+* ``csv DIR`` writes ``DIR/<job>/`` the same way, each file replacing the earlier sync's.
+
+Both write into a staging folder and move the files in once they are whole, listed in the
+manifest first (:mod:`trainmon.cli.sync_places`), and refuse a folder that holds another
+run. No target writes into the run's own folder.
 * ``mlflow URI`` finds the run it made before by its ``trainmon.journal_run_id`` tag (or
   takes ``--run-id``) and logs only the (metric, step) values that run does not hold yet.
 * ``wandb [PROJECT]`` logs to the run whose id is the journal's run id (or ``--run-id``),
@@ -21,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,18 +32,17 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from trainmon.cli.replay import Replay, load_replay
+from trainmon.cli.sync_places import DestinationTakenError, OwnedFolder
 from trainmon.config import MlflowConfig, WandbConfig
 from trainmon.core.events import Extra, Histogram, StepScalars
 from trainmon.core.writer import Writer
+from trainmon.report.guard import refuse_destination_in_run, refuse_output_in_record
 from trainmon.report.model import RunError
 
 BACKENDS = ("tensorboard", "mlflow", "wandb", "csv")
 #: The MLflow tag (and W&B run id) that ties a synced run to its journal.
 RUN_ID_TAG = "trainmon.journal_run_id"
-MANIFEST = ".trainmon-sync.json"
 #: Fewer steps than this replay without a progress bar.
 PROGRESS_MIN_STEPS = 2000
 
@@ -66,6 +68,11 @@ def add_parser(commands: Any) -> None:
     )
     sync_.add_argument(
         "--run-id", help="MLflow/W&B: the run to fill in (default: the one sync made before)"
+    )
+    sync_.add_argument(
+        "--name",
+        help="the run's name at the destination (default: its job name); to write beside "
+        "another run of the same name",
     )
     sync_.add_argument("--experiment", help="MLflow experiment (MLFLOW_EXPERIMENT_NAME, Default)")
     sync_.add_argument("--entity", help="W&B entity (team)")
@@ -174,61 +181,77 @@ class _Target:
         """The replay failed part-way: remove what it wrote so far (where it can)."""
 
 
+def _event_process(name: str) -> tuple[str, int] | None:
+    """``(host, pid)`` from TensorBoard's file name ``events.out.tfevents.<s>.<host>.<pid>.<n>``."""
+    parts = name.split(".tfevents.", 1)[-1].split(".")
+    if len(parts) < 4 or not parts[-2].isdigit():
+        return None
+    return ".".join(parts[1:-2]), int(parts[-2])
+
+
+def _folder(replay: Replay, where: str | None, args: argparse.Namespace, option: str) -> Path:
+    """``DIR/<job>`` (or ``DIR/<--name>``), checked not to be the run's own folder."""
+    name = getattr(args, "name", None) or replay.job
+    if name != Path(name).name or name in ("", ".", ".."):
+        raise RunError(f"--name {name!r}: expected a plain folder name (no '/' or '..')")
+    folder = Path(str(where)) / name
+    refuse_destination_in_run(folder, replay.journal, option)
+    return folder
+
+
 class _TensorBoard(_Target):
     def __init__(self, replay: Replay, where: str | None, args: argparse.Namespace) -> None:
         super().__init__()
         from trainmon.writers.tensorboard import TensorBoardWriter
 
-        self.folder = Path(str(where)) / replay.job
-        self.run_id = replay.run_id
-        self.before = _manifest_files(self.folder)
+        folder = _folder(replay, where, args, "--to tensorboard")
+        processes = replay.processes
+        self.place = OwnedFolder(
+            folder,
+            replay.run_id,
+            replay.journal,
+            counts=lambda name: ".tfevents." in name,
+            belongs=lambda name: _event_process(name) in processes,
+        )
         # Two new files sorting after every other, each starting with a session START at
         # step 0: TensorBoard takes the first as the session's start and the second as a
-        # restart, dropping every event read before it, so what the live writer (or an
-        # earlier sync) left in the folder no longer shows.
-        opener = TensorBoardWriter(self.folder)
+        # restart, dropping every event read before it, so what the live writer left in the
+        # folder no longer shows.
+        opener = TensorBoardWriter(self.place.staging)
         opener.resume(0, None)
         opener.close()
-        writer = TensorBoardWriter(self.folder)
+        writer = TensorBoardWriter(self.place.staging)
         writer.resume(0, None)
         self.writer = writer
-        self.files = [opener.path.name, writer.path.name]
-        self.where = str(writer.path)
+        self.where = str(folder / writer.path.name)
 
     def done(self) -> None:
-        for name in self.before:
-            if name not in self.files:
-                with suppress(FileNotFoundError):
-                    (self.folder / Path(name).name).unlink()
-        manifest = {"run_id": self.run_id, "files": self.files}
-        _atomic_write(self.folder / MANIFEST, orjson.dumps(manifest))
+        self.place.commit()
 
     def abandon(self) -> None:
-        for name in self.files:  # the earlier sync's set stays, and shows again
-            with suppress(FileNotFoundError):
-                (self.folder / name).unlink()
+        self.place.abandon()  # the earlier sync's set stays, and shows again
 
 
 class _Csv(_Target):
     def __init__(self, replay: Replay, where: str | None, args: argparse.Namespace) -> None:
         super().__init__()
-        from trainmon.writers.csv import CsvWriter
+        from trainmon.writers.csv import NAMES_FILE, CsvWriter
 
-        base = Path(str(where))
-        self.folder = base / replay.job
-        self.staging = base / f".{replay.job}.trainmon-sync"
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.writer = CsvWriter(self.staging)
-        self.where = str(self.folder)
+        folder = _folder(replay, where, args, "--to csv")
+        self.place = OwnedFolder(
+            folder,
+            replay.run_id,
+            replay.journal,
+            counts=lambda name: name.endswith(".csv") or name == NAMES_FILE,
+        )
+        self.writer = CsvWriter(self.place.staging)
+        self.where = str(folder)
 
     def done(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for path in sorted(self.staging.iterdir()):
-            os.replace(path, self.folder / path.name)
-        self.staging.rmdir()
+        self.place.commit()
 
     def abandon(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self.place.abandon()
 
 
 class _Mlflow(_Target):
@@ -240,6 +263,10 @@ class _Mlflow(_Target):
         extras.require("mlflow", "mlflow", "trainmon sync --to mlflow")
         from mlflow.tracking import MlflowClient
 
+        local = _local_store(str(where))
+        if local is not None:  # a store file or folder: never one of the run's own files
+            refuse_output_in_record(local, [replay.journal], "--to mlflow")
+            refuse_destination_in_run(local, replay.journal, "--to mlflow")
         try:  # a server that does not answer: say so now, not after MLflow's retries
             check_reachable(str(where))
         except ConnectionError as exc:
@@ -257,6 +284,13 @@ class _Mlflow(_Target):
                 raise RunError(
                     f"--run-id {run_id}: no such MLflow run at {where} ({first})"
                 ) from None
+            there = run.data.tags.get(RUN_ID_TAG)
+            if there is not None and there != replay.run_id:
+                raise DestinationTakenError(
+                    f"--run-id {run_id}: that MLflow run holds another journal's run (run id "
+                    f"{there}; this journal's is {replay.run_id}); nothing was written. Leave "
+                    "--run-id out to sync into this journal's own run."
+                )
             self.held = {
                 key: {m.step for m in client.get_metric_history(run_id, key)}
                 for key in run.data.metrics
@@ -273,7 +307,7 @@ class _Mlflow(_Target):
                 enabled=True,
                 tracking_uri=where,
                 experiment=args.experiment,
-                run_name=replay.job,
+                run_name=args.name or replay.job,
                 tags=tags,
             )
         writer = MlflowWriter(section, job=replay.job)
@@ -292,6 +326,15 @@ class _Mlflow(_Target):
         }
         self.skipped += len(record.values) - len(values)
         return StepScalars(record.step, record.wall_time, values)
+
+
+def _local_store(uri: str) -> str | None:
+    """The path of an MLflow store on this machine (``sqlite:///x.db``, ``file:...`` or a
+    plain folder), None for a server."""
+    for prefix in ("sqlite:///", "file://", "file:"):
+        if uri.startswith(prefix):
+            return uri.removeprefix(prefix) or None
+    return None if "://" in uri else uri
 
 
 def _tagged_run(client: Any, experiment: str | None, run_id: str) -> str | None:
@@ -314,7 +357,7 @@ class _Wandb(_Target):
         options: dict[str, Any] = {"project": where} if where else {}
         section = WandbConfig(
             enabled=True,
-            name=replay.job,
+            name=args.name or replay.job,
             id=args.run_id or replay.run_id,
             resume="allow",
             entity=args.entity,
@@ -343,19 +386,3 @@ _TARGETS: dict[str, Callable[[Replay, str | None, argparse.Namespace], _Target]]
     "mlflow": _Mlflow,
     "wandb": _Wandb,
 }
-
-
-def _manifest_files(folder: Path) -> list[str]:
-    """The event files an earlier sync wrote into ``folder`` (none when there is no manifest)."""
-    try:
-        manifest = orjson.loads((folder / MANIFEST).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return []
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    return [str(name) for name in files if isinstance(name, str)] if isinstance(files, list) else []
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
