@@ -221,6 +221,85 @@ class Timeline:
         return self._lowest[self._next]
 
 
+#: A wall-clock step back between two ``scalars`` lines larger than this is a clock jump (the
+#: lines come in the order their values were logged, so their times only rise otherwise).
+CLOCK_STEP_BACK_S = 1.0
+#: A disagreement between the wall and monotonic clocks larger than this is a clock jump.
+CLOCK_DRIFT_S = 1.0
+_TIME_KEYS = ("time", "start_time", "end_time")
+
+
+class ClockMend:
+    """Keeps a journal's times on one continuous clock when the wall clock jumped (an NTP
+    correction, a VM resumed), so that no duration read from them is negative or inflated.
+
+    ``meta`` and ``heartbeat`` lines carry ``mono`` (the monotonic clock): where they do, the
+    elapsed time between them is the monotonic difference, whatever the wall clock said. A
+    ``scalars`` line whose time is earlier than the previous one's is a jump back, mended at
+    once. :meth:`mend` shifts a record's times in place; :attr:`jumps` lists each jump as
+    ``(mended time, seconds)`` (negative: the clock went back).
+    """
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+        self.jumps: list[tuple[float, float]] = []
+        self._reference: tuple[float, float] | None = None  # (mended time, mono) of the attempt
+        self._last_scalars = -math.inf
+
+    def mend(self, record: dict[str, Any]) -> None:
+        """Shift ``record``'s times onto the continuous clock (a record without one: as is)."""
+        t = record.get("time")
+        kind = record.get("kind")
+        if isinstance(t, int | float):
+            mono = record.get("mono")
+            if isinstance(mono, int | float):
+                if kind == "meta":  # a new process: its own monotonic clock
+                    self._check_back(t)
+                    self._reference = (t + self.shift, mono)
+                elif self._reference is not None:
+                    expected = self._reference[0] + (mono - self._reference[1])
+                    if abs(expected - (t + self.shift)) > CLOCK_DRIFT_S:
+                        self._jumped(t, expected - t)
+                    self._last_scalars = min(self._last_scalars, expected)
+            elif kind == "scalars":
+                self._check_back(t)
+                self._last_scalars = t + self.shift
+        if self.shift:
+            for key in _TIME_KEYS:
+                value = record.get(key)
+                if isinstance(value, int | float):
+                    record[key] = value + self.shift
+
+    def _check_back(self, t: float) -> None:
+        if t + self.shift < self._last_scalars - CLOCK_STEP_BACK_S:
+            self._jumped(t, self._last_scalars - t)
+
+    def _jumped(self, t: float, shift: float) -> None:
+        self.jumps.append((t + shift, self.shift - shift))
+        self.shift = shift
+
+    def describe(self) -> str:
+        """One sentence for a reader's notes ("" when the clock never jumped)."""
+        if not self.jumps:
+            return ""
+        sizes = [size for _, size in self.jumps]
+        biggest = max(sizes, key=abs)
+        way = "back" if biggest < 0 else "forward"
+        more = f" ({len(sizes)} jumps in all)" if len(sizes) > 1 else ""
+        return (
+            f"the wall clock jumped {way} by {_span(abs(biggest))}{more} while the run was "
+            "written; durations are measured across the jump as if it had not happened"
+        )
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3590:  # a jump seen between two lines is short of its size by their gap
+        return f"{seconds / 3600:.2f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
 _STEPPED_KINDS = frozenset({"scalars", "histogram", "text"})
 
 
@@ -242,6 +321,7 @@ def read_journal(
     *,
     keep_orphaned: bool = False,
     damaged: list[int] | None = None,
+    clock: ClockMend | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield each record of a journal, decoding non-finite values, reading it as a stream.
 
@@ -251,6 +331,7 @@ def read_journal(
     appended there and reading goes on. Records a later attempt replaced (see
     :class:`Timeline`) are left out, so each step comes from the attempt that logged it last,
     unless ``keep_orphaned`` (for readers of the attempts themselves: the work a restart redid).
+    With ``clock``, times are mended across wall-clock jumps (see :class:`ClockMend`).
     """
     path = Path(path)
     if path.is_dir():
@@ -275,6 +356,8 @@ def read_journal(
             pending = (number + 1, problem)
             continue
         assert record is not None
+        if clock is not None:
+            clock.mend(record)
         if timeline and orphaned(record, timeline.at(number)):
             continue
         yield _decoded(record)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.core.alert import ALERTS_FILE
-from trainmon.journal import JOURNAL_FILE, read_journal
+from trainmon.journal import JOURNAL_FILE, ClockMend, read_journal
 from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError
 
@@ -151,7 +151,8 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
     seen: dict[int, StepMark] = {}
     journal = journal_file(path)
     damaged: list[int] = []
-    for record in read_journal(journal, keep_orphaned=True, damaged=damaged):
+    clock = ClockMend()
+    for record in read_journal(journal, keep_orphaned=True, damaged=damaged, clock=clock):
         if record.get("kind") == "meta":
             current = Attempt(
                 index=len(attempts) + 1,
@@ -163,6 +164,8 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
             seen = {}
         elif current is not None:  # (lines before any meta: not trainmon's writer)
             _note(current, record, seen)
+    if clock.jumps and notes is not None:
+        notes.append(clock.describe())
     if damaged and notes is not None:
         notes.append(
             f"skipped {len(damaged)} unreadable line(s) (first: line {damaged[0]} of "

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from trainmon.core.alert import ALERTS_FILE
-from trainmon.journal import JOURNAL_FILE, Timeline, journal_lines, orphaned
+from trainmon.journal import JOURNAL_FILE, ClockMend, Timeline, journal_lines, orphaned
 from trainmon.report.agree import distinct_steps, settle
 from trainmon.report.columns import Columns, FloatColumn, WindowRecords, number_or_none
 from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
@@ -141,6 +141,7 @@ def load_journal(path: Path, name: str | None = None) -> Run:
     pending: int | None = None  # an unreadable line: cut short if a meta or the end follows
     number = 0
     cutoffs = Timeline.from_file(path)
+    clock = ClockMend()
     orphans = 0
     for number, (offset, line) in enumerate(journal_lines(path), start=1):
         if not line or line.isspace():
@@ -154,6 +155,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         try:
             record = loads(line)
             kind = record["kind"]
+            if kind in _CLOCKED:
+                clock.mend(record)
             if cutoffs and orphaned(record, cutoffs.at(number - 1)):
                 orphans += 1
                 continue
@@ -214,6 +217,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         run.notes.append(
             f"skipped {len(bad)} unreadable line(s) (first: line {bad[0]} of {path.name})"
         )
+    if clock.jumps:
+        run.notes.append(clock.describe())
     if orphans:
         run.notes.append(
             f"left out {orphans} record(s) of an earlier attempt: a later attempt started "
@@ -230,6 +235,8 @@ def load_journal(path: Path, name: str | None = None) -> Run:
 
 
 _EXTRA_KINDS = frozenset({"hparams", "histogram", "text"})
+#: The kinds whose times the clock mend needs to see (cheap: no window or extra lines).
+_CLOCKED = frozenset({"scalars", "meta", "heartbeat"})
 
 
 def _add_extras(run: Run, records: list[dict[str, Any]]) -> None:

@@ -325,7 +325,7 @@ def summarize(run: Run) -> RunSummary:
     first = min((m.first_step for m in on_steps), default=None)
     last = max((m.last_step for m in on_steps), default=None)
     duration = (
-        run.end_time - run.start_time
+        max(0.0, run.end_time - run.start_time)  # never negative, even on a bad clock
         if run.start_time is not None and run.end_time is not None
         else None
     )

@@ -20,7 +20,8 @@ from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_v
 from trainmon.version import __version__
 from trainmon.writers.files import PENDING_BYTES, AppendFile, flush_due, flush_or_hold
 
-#: Seconds without a line after which a flush writes a ``heartbeat`` (an idle run's sign of life).
+#: Seconds between ``heartbeat`` lines (written at a flush): a sign of life, and the monotonic
+#: clock beside the wall clock, so that readers see through a wall clock that jumps.
 HEARTBEAT_S = 1.0
 
 
@@ -28,7 +29,7 @@ class JsonlWriter(Writer):
     """One line per step, appended; readable while written, and after a crash.
 
     Each process that opens the file starts an *attempt* (its ``meta`` line, with a fresh
-    ``attempt`` id); while nothing else is written, each flush adds a ``heartbeat`` line, so
+    ``attempt`` id); a flush at least a second after the last adds a ``heartbeat`` line, so
     the last sign of life of a killed process is known to within one flush interval.
     """
 
@@ -51,10 +52,11 @@ class JsonlWriter(Writer):
             "host": socket.gethostname(),
             "trainmon": __version__,
             "attempt": uuid.uuid4().hex[:12],
+            "mono": time.monotonic(),
         }
         self._file.write_header(encode_line(meta))  # kept while the disk is full
         flush_or_hold(self._file)
-        self._last_line = time.monotonic()
+        self._last_beat = time.monotonic()
 
     def write(self, records: Sequence[StepScalars]) -> None:
         out = self._file
@@ -71,12 +73,10 @@ class JsonlWriter(Writer):
                 ),
                 len(record.values),
             )
-        self._last_line = time.monotonic()
         if flush_due(out.buffered):
             out.flush()
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
-        self._last_line = time.monotonic()
         for window in windows:
             stats = {
                 name: encode_values(
@@ -101,7 +101,6 @@ class JsonlWriter(Writer):
     def write_extras(self, records: Sequence[Extra]) -> None:
         """``histogram``, ``text``, ``hparams``, ``span`` and ``end`` lines (see
         :mod:`trainmon.journal`)."""
-        self._last_line = time.monotonic()
         for record in records:
             line = extra_line(record)
             if line is not None:
@@ -109,9 +108,9 @@ class JsonlWriter(Writer):
 
     def flush(self) -> None:
         now = time.monotonic()
-        if now - self._last_line >= HEARTBEAT_S:
-            self._last_line = now
-            heartbeat = {"v": SCHEMA_VERSION, "kind": "heartbeat", "time": time.time()}
+        if now - self._last_beat >= HEARTBEAT_S:
+            self._last_beat = now
+            heartbeat = {"v": SCHEMA_VERSION, "kind": "heartbeat", "time": time.time(), "mono": now}
             self._file.write(encode_line(heartbeat))
         self._file.flush()
 
@@ -126,7 +125,6 @@ class JsonlWriter(Writer):
         """Write the journal's ``resume`` record: readers drop what earlier lines logged at
         ``step`` and later (see :mod:`trainmon.journal`)."""
         record = {"v": SCHEMA_VERSION, "kind": "resume", "step": step, "time": time.time()}
-        self._last_line = time.monotonic()
         self._file.write(encode_line(record))
         self._file.flush()
 
