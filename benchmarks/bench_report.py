@@ -18,8 +18,8 @@ trainmon workers' per-metric means are checked against EventAccumulator's.
 Run: ``.venv/bin/python benchmarks/bench_report.py [--scalars N] [--repeat R] [--json out]``
 
 Memory: ``--journal-mb M [--src OTHER_SRC]`` writes a journal of about M MB (the same ten
-metrics per step and a window every 50 steps) and runs ``trainmon summary`` and ``trainmon
-report`` on it, each in its own process, printing seconds, peak RSS and peak RSS / file size;
+metrics per step and a window every 50 steps) and runs ``trainmon summary``, ``trainmon
+report`` and ``trainmon goodput`` on it, each in its own process, printing seconds, peak RSS and peak RSS / file size;
 ``--src`` runs them on another checkout's ``src`` (e.g. the code before a change) for a side by
 side comparison.
 """
@@ -154,8 +154,27 @@ def work_trainmon(data: Path, out: Path, source: str, command: str) -> dict[str,
     }
 
 
+def work_goodput(data: Path) -> dict[str, Any]:
+    """``trainmon goodput RUN --json`` as a user runs it (the CLI's entry point, in-process)."""
+    import contextlib
+    import io
+
+    from trainmon.cli import main as cli
+
+    began = time.perf_counter()
+    out = io.TextIOWrapper(io.BytesIO())  # --json writes bytes to stdout's buffer
+    with contextlib.redirect_stdout(out):
+        assert cli(["goodput", str(data / "journal" / "ds_job"), "--json"]) == 0
+    seconds = time.perf_counter() - began
+    out.flush()
+    steps = sum(a["steps"] for a in json.loads(out.buffer.getvalue())["attempts"])
+    return {"seconds": seconds, "scalars": steps * len(METRICS), "means": {}}
+
+
 def worker_main(name: str, data: Path, out: Path) -> None:
-    if name == "event_accumulator":
+    if name == "trainmon-goodput-journal":
+        result = work_goodput(data)
+    elif name == "event_accumulator":
         result = work_event_accumulator(data, out)
     else:
         _, command, source = name.split("-")  # trainmon-summary-tb
@@ -223,7 +242,7 @@ def memory_main(megabytes: float, src: Path | None, base: Path) -> int:
     )
     env = {"PYTHONPATH": str(src)} if src is not None else None
     print(f"code: {src or 'this checkout'}")
-    for command in ("summary", "report"):
+    for command in ("summary", "report", "goodput"):
         args = ["--worker", f"trainmon-{command}-journal", "--data", str(base), "--out", str(base)]
         result = harness.run_worker(__file__, args, env)
         if "error" in result:
