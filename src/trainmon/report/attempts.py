@@ -11,11 +11,14 @@ sign of life and how it ended. Each step is kept once: the latest attempt's run 
 from __future__ import annotations
 
 import math
+import operator
 import os
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from trainmon.core.alert import ALERTS_FILE
 from trainmon.journal import JOURNAL_FILE, ClockMend, read_journal
@@ -37,6 +40,84 @@ class StepMark:
     data_s: float = 0.0
 
 
+class StepMarks(Sequence[StepMark]):
+    """An attempt's steps in four packed columns (32 bytes a step, where a :class:`StepMark`
+    object each would take ten times that on a journal of millions of steps); read as a
+    sequence of :class:`StepMark` made on the fly.
+
+    Reading appends one row per ``scalars`` line (:meth:`add`); :meth:`settle` then sorts
+    them by step and merges the rows of one step (its own metrics' line gives its end).
+    """
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.times = array("d")
+        self.step_s = array("d")  # NaN: the step said nothing of its own time
+        self.data_s = array("d")  # NaN: nothing on this row
+
+    def add(self, step: int, time: float, step_s: float, data_s: float) -> None:
+        """One line's row (``step_s``/``data_s`` NaN when the line does not carry them)."""
+        self.steps.append(step)
+        self.times.append(time)
+        self.step_s.append(step_s)
+        self.data_s.append(data_s)
+
+    def settle(self) -> None:
+        """Sort by step (stable) and merge the rows of each step into one."""
+        steps, times, step_s, data_s = self.steps, self.times, self.step_s, self.data_s
+        ordered = all(map(operator.lt, steps, islice(steps, 1, None)))
+        if ordered:
+            for i, value in enumerate(data_s):
+                if value != value:
+                    data_s[i] = 0.0
+            return
+        order = sorted(range(len(steps)), key=steps.__getitem__)
+        merged = StepMarks()
+        for i in order:
+            step = steps[i]
+            if merged.steps and merged.steps[-1] == step:
+                if step_s[i] == step_s[i]:  # the line of the step's own metrics: its end
+                    merged.times[-1] = times[i]
+                    merged.step_s[-1] = step_s[i]
+                if data_s[i] == data_s[i]:
+                    merged.data_s[-1] = data_s[i]
+            else:
+                merged.add(step, times[i], step_s[i], data_s[i])
+        for i, value in enumerate(merged.data_s):
+            if value != value:
+                merged.data_s[i] = 0.0
+        self.steps, self.times, self.step_s, self.data_s = (
+            merged.steps,
+            merged.times,
+            merged.step_s,
+            merged.data_s,
+        )
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @overload
+    def __getitem__(self, index: int) -> StepMark: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[StepMark]: ...
+
+    def __getitem__(self, index: int | slice) -> StepMark | list[StepMark]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        step_s = self.step_s[index]
+        return StepMark(
+            self.steps[index],
+            self.times[index],
+            None if step_s != step_s else step_s,
+            self.data_s[index],
+        )
+
+    def __iter__(self) -> Iterator[StepMark]:
+        for i in range(len(self.steps)):
+            yield self[i]
+
+
 @dataclass
 class Attempt:
     """One process's run in the job folder (from its ``meta`` line to the next one's)."""
@@ -49,7 +130,7 @@ class Attempt:
     status: str | None = None
     stop_reason: str | None = None
     resume_step: int | None = None
-    steps: list[StepMark] = field(default_factory=list)
+    steps: StepMarks = field(default_factory=StepMarks)
     spans: list[tuple[str, float, float]] = field(default_factory=list)
     stall_times: list[float] = field(default_factory=list)
     #: Steps at or past this one were redone by a later attempt (inf: none were).
@@ -91,8 +172,8 @@ class Attempt:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: what ``goodput --json`` lists per attempt (its split added there)."""
-        steps = [s.step for s in self.steps]
-        redone = [s.step for s in self.redone]
+        steps = self.steps.steps
+        redone = [s for s in steps if s >= self.redone_from]
         return {
             "index": self.index,
             "id": self.id,
@@ -148,7 +229,6 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
     """
     attempts: list[Attempt] = []
     current: Attempt | None = None
-    seen: dict[int, StepMark] = {}
     journal = journal_file(path)
     damaged: list[int] = []
     clock = ClockMend()
@@ -161,9 +241,8 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
                 last_seen=_number(record.get("time")),
             )
             attempts.append(current)
-            seen = {}
         elif current is not None:  # (lines before any meta: not trainmon's writer)
-            _note(current, record, seen)
+            _note(current, record)
     if clock.jumps and notes is not None:
         notes.append(clock.describe())
     if damaged and notes is not None:
@@ -172,7 +251,7 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
             f"{journal.name})"
         )
     for attempt in attempts:
-        attempt.steps.sort(key=lambda s: s.step)
+        attempt.steps.settle()
     _add_stalls(attempts, journal.parent / ALERTS_FILE)
     _mark_redone(attempts)
     return attempts
@@ -206,7 +285,7 @@ def restarts_of(attempts: Sequence[Attempt]) -> list[Restart]:
         steps = []  # what stood before this restart (not what an earlier one replaced)
         for j, earlier in enumerate(attempts[:i]):
             until = min((a.first_step for a in attempts[j + 1 : i]), default=math.inf)
-            steps += [s.step for s in earlier.steps if first <= s.step < until]
+            steps += [s for s in earlier.steps.steps if first <= s < until]
         found.append(
             Restart(
                 index=later.index,
@@ -218,7 +297,7 @@ def restarts_of(attempts: Sequence[Attempt]) -> list[Restart]:
     return found
 
 
-def _note(attempt: Attempt, record: dict[str, Any], seen: dict[int, StepMark]) -> None:
+def _note(attempt: Attempt, record: dict[str, Any]) -> None:
     """Add one record of ``attempt``."""
     kind = record.get("kind")
     times = [record.get(key) for key in ("time", "end_time")]
@@ -234,17 +313,14 @@ def _note(attempt: Attempt, record: dict[str, Any], seen: dict[int, StepMark]) -
                 attempt.stall_times.append(float(t))
         if attempt.first_logged is None:
             attempt.first_logged = step
-        mark = seen.get(step)
-        if mark is None:
-            mark = seen[step] = StepMark(step, float(t))
-            attempt.steps.append(mark)
         step_ms = values.get(STEP_TIME_METRIC)
-        if isinstance(step_ms, int | float) and math.isfinite(step_ms):
-            mark.time = float(t)  # the line of the step's own metrics: the step's end
-            mark.step_s = max(0.0, step_ms / 1e3)
         data_ms = values.get(DATA_METRIC)
-        if isinstance(data_ms, int | float) and math.isfinite(data_ms):
-            mark.data_s = max(0.0, data_ms / 1e3)
+        attempt.steps.add(
+            step,
+            float(t),
+            _seconds(step_ms),
+            _seconds(data_ms),
+        )
     elif kind == "span":
         start, end = record.get("start_time"), record.get("end_time")
         if isinstance(start, int | float) and isinstance(end, int | float):
@@ -266,6 +342,13 @@ def _mark_redone(attempts: list[Attempt]) -> None:
     for attempt in reversed(attempts):
         attempt.redone_from = lowest
         lowest = min(lowest, attempt.first_step)
+
+
+def _seconds(milliseconds: Any) -> float:
+    """A finite millisecond figure as seconds (at least 0); NaN when there is none."""
+    if isinstance(milliseconds, int | float) and math.isfinite(milliseconds):
+        return max(0.0, milliseconds / 1e3)
+    return math.nan
 
 
 def _number(value: Any) -> float:
