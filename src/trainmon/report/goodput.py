@@ -19,6 +19,7 @@ So ``productive_s`` plus the badput is the wall time, and ``goodput`` is their r
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,16 +143,16 @@ def _split(attempt: Attempt) -> dict[str, float]:
     begin = first.time - (first.step_s or 0.0)
     begin = min(max(begin, start), first.time)
     out["startup_s"] += take(start, begin)
-    durations = []
+    durations = array("d")  # a packed column: a long journal holds millions of steps
     previous = begin
-    segments = []
-    for mark in steps:
-        end = max(mark.time, previous)
-        segments.append((mark, previous, end))
+    for t in steps.times:
+        end = max(t, previous)
         durations.append(end - previous)
         previous = end
     typical = statistics.median(durations) if durations else 0.0
-    for mark, low, high in segments:
+    high = begin
+    for mark in steps:
+        low, high = high, max(mark.time, high)
         left = take(low, high)
         if mark.step >= attempt.redone_from:
             out["lost_work_s"] += left
