@@ -19,15 +19,8 @@ from typing import Any
 
 import orjson
 
-from trainmon.alerts.hang import (
-    HANG_FILE_GLOB,
-    Currency,
-    describe_rank,
-    diagnose,
-    judge,
-    scan_records,
-    when,
-)
+from trainmon.alerts.hang import HANG_FILE_GLOB, describe_rank, diagnose, scan_records
+from trainmon.report.hang_currency import Currency, judge, when
 from trainmon.report.model import RunError
 
 
