@@ -19,9 +19,9 @@ Run: ``.venv/bin/python benchmarks/bench_report.py [--scalars N] [--repeat R] [-
 
 Memory: ``--journal-mb M [--src OTHER_SRC]`` writes a journal of about M MB (the same ten
 metrics per step and a window every 50 steps) and runs ``trainmon summary``, ``trainmon
-report`` and ``trainmon goodput`` on it, each in its own process, printing seconds, peak RSS and peak RSS / file size;
-``--src`` runs them on another checkout's ``src`` (e.g. the code before a change) for a side by
-side comparison.
+report`` and ``trainmon goodput`` on it, each in its own process, printing seconds, peak RSS
+and peak RSS / file size; ``--src`` runs them on another checkout's ``src`` (e.g. the code
+before a change) for a side by side comparison.
 """
 
 from __future__ import annotations
