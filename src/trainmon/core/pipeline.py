@@ -21,6 +21,12 @@ producing threads the bound is approximate by a few calls).
 
 From this thread each writer is reached through its own lane (:mod:`trainmon.core.lanes`),
 so a slow or hung writer never holds up this thread, the other writers or the caller.
+
+A step's values are one record however many calls logged them (a name twice keeps its last
+value): a drain that ends within :data:`HOLD_S` of the newest step's last call keeps that step's
+calls back until the next drain (or a flush, or the close), so a call of the same step that comes
+just after the drain (a user's ``train/loss`` after the engine's own) joins them instead of
+writing the step a second time.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.core.entries import Entry, FlushRequest, Item, SampledValues, SideEvents
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.lanes import WriterLanes
-from trainmon.core.records import Pending
+from trainmon.core.records import Pending, PendingMark
 from trainmon.core.stages import group_records
 from trainmon.core.values import Snapshot
 from trainmon.core.writer import RunStatus, Writer, WriterGroup
@@ -88,6 +94,12 @@ _CHUNK_ENTRIES = 2048
 #: background.
 WAKE_AT_ENTRIES = 128
 BUSY_DRAIN_S = 0.05
+#: A drain that ends less than this after the newest step's last call holds that step's calls
+#: back one drain (never longer), so that calls of one step this close together always make one
+#: record: drains are at least this far apart (the busy wake-up's spacing, or the interval
+#: when shorter), so the next drain takes the held calls with any that followed them. A flush
+#: (or the close) writes them at once.
+HOLD_S = BUSY_DRAIN_S
 
 
 #: What travels through the queue: a scalar :data:`Entry` (a plain tuple, the hot path) or a
@@ -138,6 +150,9 @@ class Pipeline:
         # training (50 ms cost twice the CPU of 250 ms per step; see docs/performance.md)
         drain_every = self.config.drain_interval_s or DEFAULT_DRAIN_INTERVAL_S
         self._poll_s = max(0.001, min(drain_every, flush_every))
+        self._hold_s = min(HOLD_S, self._poll_s)
+        self._held: list[Entry] = []  # the newest step's calls, held back by the last drain
+        self._held_once = 0  # in a drain: how many of the batch's first entries were held
         self._thread = threading.Thread(target=self._run, name="trainmon-pipeline", daemon=True)
         self._thread.start()
 
@@ -301,7 +316,8 @@ class Pipeline:
 
     @property
     def pending(self) -> int:
-        """Events queued and not yet handed to the writers."""
+        """Events queued and not yet taken by the background thread (the newest step's, which
+        a drain may hold back until the next, count as taken)."""
         return self._enqueued - self._consumed
 
     # ---- background thread -----------------------------------------------------------------
@@ -315,7 +331,7 @@ class Pipeline:
             self._calls_since_drain = 0
             self._busy_wake_at = time.monotonic() + BUSY_DRAIN_S
             stopping = self._stopping
-            self._drain()
+            self._drain(hold=not stopping)
             now = time.monotonic()
             if now >= next_flush:
                 self.writers.flush()
@@ -334,49 +350,75 @@ class Pipeline:
                 self._count_internal_error(f"{type(observer).__name__}.close failed")
         self.writers.close(self._status)
 
-    def _drain(self) -> None:
+    def _drain(self, hold: bool = True) -> None:
         """Scalar entries go through the stages in batches; a control entry first has what came
-        before it written, so the stream keeps its order. Side events (another x axis, other
-        tags) ride along with the batch: DeepSpeed sends some every step, and cutting the
-        batch at each would write every step on its own. The writers' threads wake once, after
-        the drain."""
+        before it written, so the stream keeps its order, except that the newest step's calls
+        stay open past sampled values and an extra of that step or an earlier one (a histogram,
+        a text), so that one step's calls stay one record. Side
+        events (another x axis, other tags) ride along with the batch: DeepSpeed sends some
+        every step, and cutting the batch at each would write every step on its own. ``hold``:
+        the newest step's calls may wait for the next drain (see :data:`HOLD_S`). The writers'
+        threads wake once, after the drain."""
         with self.writers.coalesced_wakeups():
-            self._drain_queue()
+            self._drain_queue(hold)
 
-    def _drain_queue(self) -> None:
+    def _drain_queue(self, hold: bool) -> None:
         queue = self._queue
-        worked = bool(queue)  # counters follow real work: a writer failing on the counter
-        while queue:  # record itself must not make a record every poll
-            batch: list[Entry] = []
-            sides: list[SideEvents] = []
-            count = 0
-            while queue and len(batch) + len(sides) < _CHUNK_ENTRIES:
-                entry = queue.popleft()
-                if isinstance(entry, tuple):  # one call's scalars
-                    batch.append(entry)
-                    count += len(entry[2])
-                    continue
-                if isinstance(entry, SideEvents):
-                    sides.append(entry)
-                    count += len(entry.items)
-                    continue
-                self._emit(batch)
-                self._emit_sides(sides)
-                self._consumed += count
-                batch, sides, count = [], [], 0
-                if isinstance(entry, Pending):  # histogram/text/hparams/progress
+        batch, self._held = self._held, []
+        self._held_once = len(batch)
+        worked = bool(queue) or bool(batch)  # counters follow real work: a writer failing on
+        sides: list[SideEvents] = []  # the counter record itself must not make one every poll
+        while queue:
+            entry = queue.popleft()
+            if isinstance(entry, tuple):  # one call's scalars
+                batch.append(entry)
+            elif isinstance(entry, SideEvents):
+                sides.append(entry)
+            elif isinstance(entry, SampledValues):  # at the step the stream has reached
+                batch = self._emit_older(batch, sides, _open_step(batch))
+                sides = []
+                step = batch[-1][1] if batch else self._last_step
+                self._emit([(entry.wall_time, step, entry.items, False)])
+            elif isinstance(entry, Pending) and not isinstance(entry, PendingMark):
+                batch = self._emit_older(batch, sides, _open_step(batch, _extra_step(entry)))
+                sides = []
+                self._consumed += 1
+                self._write_extra(entry)  # histogram/text/hparams/progress
+            else:  # a mark (span, attempt end) or a flush request: after everything before it
+                self._emit_all(batch, sides)
+                batch, sides = [], []
+                if isinstance(entry, Pending):
                     self._consumed += 1
                     self._write_extra(entry)
-                elif isinstance(entry, SampledValues):  # at the step the stream has reached
-                    self._emit([(entry.wall_time, self._last_step, entry.items, False)])
                 else:
                     self._reach_flush_point(entry)
-            self._emit(batch)
-            self._emit_sides(sides)
-            self._consumed += count
+            if len(batch) + len(sides) >= _CHUNK_ENTRIES:
+                start = _open_step(batch)
+                batch = self._emit_older(batch, sides, start if start > 0 else len(batch))
+                sides = []
+        if hold and batch and time.time() - batch[-1][0] < self._hold_s:
+            start = _open_step(batch)
+            if start >= self._held_once:  # held back once at most
+                batch = self._emit_older(batch, sides, start)
+                self._held, batch, sides = batch, [], []
+        self._emit_all(batch, sides)
         if worked:
             self._emit_counters()
         self._close_window(final=False)
+
+    def _emit_all(self, batch: list[Entry], sides: list[SideEvents]) -> None:
+        """Write the batch and the side events (the batch's held entries come first)."""
+        self._emit(batch)
+        self._emit_sides(sides)
+        self._consumed += sum(len(entry[2]) for entry in batch) + sum(
+            len(side.items) for side in sides
+        )
+        self._held_once = max(0, self._held_once - len(batch))
+
+    def _emit_older(self, batch: list[Entry], sides: list[SideEvents], start: int) -> list[Entry]:
+        """Write the batch up to ``start`` (and the side events); return the rest."""
+        self._emit_all(batch[:start], sides)
+        return batch[start:]
 
     def _reach_flush_point(self, request: FlushRequest) -> None:
         """Everything queued before the request is written: close a complete window, run the
@@ -526,3 +568,28 @@ class Pipeline:
         values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
         self.writers.write([StepScalars(self._last_step, time.time(), values)], bounded=False)
         self._reported_counters = counters
+
+
+def _open_step(batch: list[Entry], before: Any = None) -> int:
+    """Where the batch's newest step begins: its last calls of ``(name, value)`` pairs at the
+    last call's step, which a later call of that step may still join (``len(batch)``: none,
+    the last call logs at steps of its own). With ``before`` (the step of an extra queued
+    next, None: it has none), none either when the extra is at a later step: the extra then
+    comes after them, so that no writer sees a step go back."""
+    if not batch:
+        return 0
+    step = batch[-1][1]
+    if before is not None and before > step:
+        return len(batch)
+    start = len(batch)
+    while start > 0:
+        entry = batch[start - 1]
+        if entry[1] != step or not entry[2] or len(entry[2][0]) != 2:
+            break
+        start -= 1
+    return start
+
+
+def _extra_step(extra: Pending) -> Any:
+    """The step of a histogram, text or hyper-parameters record still to build (None: none)."""
+    return getattr(getattr(extra, "record", extra), "step", None)

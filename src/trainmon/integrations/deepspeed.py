@@ -137,10 +137,13 @@ class DeepSpeedEvents:
     ``write_events([(name, value, global_samples), ...])`` returns at once; the events go to
     trainmon's TensorBoard and CSV writers (DeepSpeed's layouts), on one rank only as in
     DeepSpeed (the logging rank, ``trainmon.log_rank``), and never into trainmon's step windows.
-    ``(name, value)`` pairs (and a step of ``None``) are recorded at the engine's current step,
-    on trainmon's step axis. One tag holds one x axis: a stepped name that trainmon writes on its
-    step axis (``train/loss``, ``perf/...``) goes to ``<name>@global_samples`` instead, with one
-    warning per name.
+    ``(name, value)`` pairs (and a step of ``None``) are the seed's: they are logged like
+    trainmon's own metrics, at the engine's current step (``global_steps``), on the logging rank.
+    At a step where such a pair names a metric trainmon logs too (``train/loss``, ``train/lr``,
+    ``train/grad_norm``, ``perf/...``), the step keeps one value, the pair's (the background
+    merges a step's calls, the last value winning); said once per name. One tag holds one x
+    axis: a stepped name that trainmon (or a pair) writes on its step axis goes to
+    ``<name>@global_samples`` instead, with one warning per name.
     """
 
     tb_monitor = None
@@ -172,15 +175,17 @@ class DeepSpeedEvents:
             return
         paired: list[Any] = []
         stepped: list[Any] = []
-        step = self._monitor.step
+        shared: list[str] = []  # names first written as pairs here that trainmon logs too
         for item in items:
             if isinstance(item, (tuple, list)) and (
                 len(item) == 2 or (len(item) == 3 and item[2] is None)
             ):
                 name = item[0]
-                if isinstance(name, str):
+                if isinstance(name, str) and name not in self._step_axis:
                     self._step_axis.add(name)
-                paired.append((name, item[1], step))
+                    if _trainmon_step_name(name):
+                        shared.append(name)
+                paired.append(item)
             elif isinstance(item, (tuple, list)) and len(item) == 3:
                 stepped.append((self._samples_name(item[0]), item[1], item[2]))
             else:
@@ -188,8 +193,15 @@ class DeepSpeedEvents:
                     f"engine.monitor.write_events: event {item!r} is not (name, value) or "
                     f"(name, value, step)"
                 )
-        if paired:
-            self._monitor.write_side_events(paired, DEEPSPEED_EVENT_WRITERS)
+        if shared:
+            _log.info(
+                "engine.monitor.write_events: trainmon logs %s too, at global_steps; at a step "
+                "where you log it, your value is kept and trainmon's dropped (one value a step "
+                "in every writer)",
+                ", ".join(map(repr, shared)),
+            )
+        if paired:  # trainmon's step axis: one record with the step's own values
+            self._monitor.write_events(paired)
         if stepped:
             self._monitor.write_side_events(stepped, DEEPSPEED_EVENT_WRITERS)
 
@@ -215,13 +227,14 @@ class DeepSpeedEvents:
 _TRAINMON_STEP_NAMES = frozenset({"train/loss", "train/lr", "train/grad_norm", "train/loss_scale"})
 
 
+def _trainmon_step_name(name: str) -> bool:
+    """Whether trainmon itself logs ``name`` on its step axis."""
+    return name in _TRAINMON_STEP_NAMES or name.startswith(("perf/", "sys/", "mem/"))
+
+
 def _on_step_axis(name: Any, user_pairs: set[str]) -> bool:
     """Whether ``name`` is written on trainmon's step axis (by trainmon or as a user's pair)."""
-    return isinstance(name, str) and (
-        name in _TRAINMON_STEP_NAMES
-        or name.startswith(("perf/", "sys/", "mem/"))
-        or name in user_pairs
-    )
+    return isinstance(name, str) and (_trainmon_step_name(name) or name in user_pairs)
 
 
 class _Sum(Deferred):
