@@ -27,6 +27,15 @@ def local_config(base: Path, **extra: Any) -> dict[str, Any]:
     return config
 
 
+@pytest.fixture(autouse=True)
+def run_starts_with_the_test() -> None:
+    """A test session hosts many runs in one process: each test's first run starts its
+    goodput clock at the test (``trainmon.mark_start``), not at the session's start."""
+    import trainmon
+
+    trainmon.mark_start()
+
+
 @pytest.fixture
 def trainmon_logs() -> Iterator[list[logging.LogRecord]]:
     """Records the ``trainmon`` logger emits (it does not propagate to the root logger)."""

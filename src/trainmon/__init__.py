@@ -10,6 +10,7 @@ from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.core.alert import Alert
 from trainmon.core.callbacks import Callback
 from trainmon.core.events import AttemptEnd, Histogram, Hparams, Progress, Span, StepScalars, Text
+from trainmon.core.process import mark_start
 from trainmon.core.writer import NullWriter, Writer
 from trainmon.errors import ConfigError, MissingExtraError, TrainingStopped, TrainmonError
 from trainmon.integrations.deepspeed import attach
@@ -45,5 +46,6 @@ __all__ = [
     "attach",
     "initialize",
     "load_config",
+    "mark_start",
     "read_journal",
 ]

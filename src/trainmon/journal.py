@@ -226,7 +226,7 @@ class Timeline:
 CLOCK_STEP_BACK_S = 1.0
 #: A disagreement between the wall and monotonic clocks larger than this is a clock jump.
 CLOCK_DRIFT_S = 1.0
-_TIME_KEYS = ("time", "start_time", "end_time")
+_TIME_KEYS = ("time", "start_time", "end_time", "process_start", "launcher_start", "job_start")
 
 
 class ClockMend:

@@ -29,7 +29,9 @@ SRC = Path(__file__).parents[2] / "src"
 STARTUP_S = 1.0  # each attempt sleeps this long between its Monitor's creation and step 1
 STEP_S = 0.1  # each step sleeps this long
 SAVE_AT, HANG_AT, TOTAL = 10, 16, 24  # run 1 saves at 10 and is killed after 16
-GAP_S = 1.5  # the test waits this long after the kill before starting run 2
+GAP_S = 1.0  # the test waits this long after the kill before starting run 2
+PRE_S = 1.5  # each process sleeps this long before it imports torch and trainmon
+DRAIN_S = 0.2  # the workers' drain interval (their flushes are 30 s apart)
 
 
 def _worker(out: Path, *args: float) -> subprocess.Popen[str]:
@@ -47,7 +49,8 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run 1 (saves at step 10, SIGKILLed after step 16), a gap, run 2 (loads, trains to 24);
     the times each worker measured itself, and an uninterrupted run to compare against."""
     out = tmp_path_factory.mktemp("resumed")
-    first = _worker(out, 1, TOTAL, SAVE_AT, HANG_AT, STARTUP_S, STEP_S)
+    launched1 = time.time()
+    first = _worker(out, 1, TOTAL, SAVE_AT, HANG_AT, STARTUP_S, STEP_S, PRE_S)
     assert first.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 120
@@ -57,12 +60,14 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if line.startswith("HANGING") or not line:
             break
     assert lines[-1].startswith("HANGING"), lines
+    time.sleep(2 * DRAIN_S)  # a kill within one drain of step 16 may lose it (the bound)
     first.send_signal(signal.SIGKILL)
     killed = time.time()
     first.wait(30)
     assert first.returncode == -signal.SIGKILL
     time.sleep(GAP_S)
-    second = _worker(out, 2, TOTAL, 0, 0, STARTUP_S, STEP_S)
+    launched2 = time.time()
+    second = _worker(out, 2, TOTAL, 0, 0, STARTUP_S, STEP_S, PRE_S)
     text, _ = second.communicate(timeout=120)
     assert second.returncode == 0, text
     later = text.splitlines()
@@ -73,6 +78,10 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {
         "job": out / "job",
         "plain": plain / "job",
+        "launched1": launched1,
+        "launched2": launched2,
+        "process1": _printed(lines, "PROCESS"),
+        "process2": _printed(later, "PROCESS"),
         "before1": _printed(lines, "BEFORE"),
         "monitor1": _printed(lines, "MONITOR"),
         "hanging": _printed(lines, "HANGING"),
@@ -89,18 +98,19 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_goodput_splits_the_wall_time_as_the_test_measured_it(
     resumed: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`goodput --json` of the killed-and-resumed run: each category near what the sleeps and
-    the workers' own clocks say (generous margins), and the parts add up to a wall time within
-    10 % of the one measured from the first Monitor's creation to the last close."""
+    """`goodput --json` of the killed-and-resumed run, each process spending PRE_S before it
+    imports trainmon: the wall time runs from the first process's start and matches the
+    test's own clock (first launch to last close) within 5 %, the parts add up within 1 %,
+    start-up holds both pre-import waits, and downtime is the gap plus at most one drain."""
     assert main(["goodput", str(resumed["job"]), "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert list(figures) == ["wall_s", "productive_s", "goodput", "restarts", "badput", "attempts"]
     assert list(figures["badput"]) == list(BADPUT)
     badput = figures["badput"]
-    measured_wall = resumed["closed"] - resumed["monitor1"]
+    measured_wall = resumed["closed"] - resumed["launched1"]
     parts = figures["productive_s"] + sum(badput.values())
-    assert abs(parts - measured_wall) <= 0.1 * measured_wall, (parts, measured_wall)
-    assert abs(figures["wall_s"] - measured_wall) <= 0.1 * measured_wall
+    assert abs(parts - figures["wall_s"]) <= 0.01 * figures["wall_s"], (parts, figures)
+    assert abs(figures["wall_s"] - measured_wall) <= 0.05 * measured_wall
     assert figures["goodput"] == pytest.approx(figures["productive_s"] / figures["wall_s"])
     assert figures["restarts"] == 1
 
@@ -108,15 +118,19 @@ def test_goodput_splits_the_wall_time_as_the_test_measured_it(
     assert kept * 0.95 <= figures["productive_s"] <= kept * 1.6
     lost = (HANG_AT - SAVE_AT) * STEP_S  # steps 11-16 of run 1
     assert lost * 0.95 <= badput["lost_work_s"] <= lost * 1.6 + 0.2
-    # each Monitor is created between the worker's BEFORE and MONITOR prints
-    creating = sum(resumed[f"monitor{i}"] - resumed[f"before{i}"] for i in (1, 2))
+    # each process's start-up: its interpreter, PRE_S, imports, the Monitor, then STARTUP_S;
+    # the process starts between the test's launch and the worker's first print
     startup = badput["startup_s"]
-    assert 2 * STARTUP_S * 0.95 <= startup <= 2 * STARTUP_S + creating + 0.5, (startup, creating)
-    # from the last sign of life (the HANGING print follows it at once) to the next Monitor
-    shortest = resumed["before2"] - resumed["hanging"]
-    longest = resumed["monitor2"] - resumed["hanging"] + 0.3  # + a flush interval and slack
+    least = sum(resumed[f"monitor{i}"] - resumed[f"process{i}"] for i in (1, 2))
+    most = sum(resumed[f"monitor{i}"] - resumed[f"launched{i}"] for i in (1, 2))
+    assert least >= 2 * PRE_S
+    assert least + 2 * STARTUP_S - 0.1 <= startup <= most + 2 * STARTUP_S + 0.3, (startup, most)
+    # from the last sign of life (step 16's end; HANGING is printed right after it) to the
+    # next process's start
+    shortest = resumed["launched2"] - resumed["hanging"]
+    longest = resumed["process2"] - resumed["hanging"] + 0.1
     assert shortest >= GAP_S
-    assert shortest <= badput["downtime_s"] <= longest, (badput["downtime_s"], shortest, longest)
+    assert shortest - 0.05 <= badput["downtime_s"] <= longest, (badput["downtime_s"], longest)
     assert 0 < badput["checkpoint_save_s"] <= resumed["save"] + 0.1
     assert badput["checkpoint_save_s"] >= resumed["save"] * 0.5
     assert 0 < badput["checkpoint_load_s"] <= resumed["load"] + 0.1
@@ -124,6 +138,8 @@ def test_goodput_splits_the_wall_time_as_the_test_measured_it(
         assert badput[quiet] < 0.3, (quiet, badput)
 
     one, two = figures["attempts"]
+    # killed two drains after step 16 with no flush in 30 s: the journal reached the OS at
+    # each drain, so no finished step is missing
     assert (one["ended"], one["first_step"], one["last_step"], one["redone_steps"]) == (
         "killed",
         1,
@@ -136,8 +152,8 @@ def test_goodput_splits_the_wall_time_as_the_test_measured_it(
         SAVE_AT + 1,
         TOTAL,
     )
-    assert abs(one["start"] - resumed["monitor1"]) < 0.5
-    assert abs(two["start"] - resumed["monitor2"]) < 0.5
+    for attempt, process in ((one, resumed["process1"]), (two, resumed["process2"])):
+        assert process - 1.0 < attempt["start"] <= process  # its process's start
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 """A run with known sleeps for ``trainmon goodput``: start-up, steps, a checkpoint, a hang.
 
-Usage: goodput_worker.py OUTDIR RUN TOTAL_STEPS SAVE_AT HANG_AT STARTUP_S STEP_S
-RUN 1 starts fresh, a later RUN resumes from OUTDIR/ckpt. After the Monitor exists it sleeps
-STARTUP_S (start-up), then each step sleeps STEP_S between forward and backward. It saves a
-checkpoint after step SAVE_AT (0: never); after step HANG_AT (0: never) it prints ``HANGING``
-and sleeps, waiting for the test's ``kill -9``. It prints ``BEFORE <unix s>`` before it creates
-the engine (and its Monitor), ``MONITOR <unix s>`` once it exists, ``SAVE <seconds>`` and
-``LOAD <seconds>`` as it measured them, and ``CLOSED <unix s>`` at the end, for the test to
+Usage: goodput_worker.py OUTDIR RUN TOTAL_STEPS SAVE_AT HANG_AT STARTUP_S STEP_S [PRE_S]
+It prints ``PROCESS <unix s>`` first, then sleeps PRE_S before it imports torch and trainmon
+(a job's start-up before any Monitor exists). RUN 1 starts fresh, a later RUN resumes from
+OUTDIR/ckpt. After the Monitor exists it sleeps STARTUP_S (more start-up), then each step
+sleeps STEP_S between forward and backward. It saves a checkpoint after step SAVE_AT (0:
+never); right after step HANG_AT (0: never) it prints ``HANGING`` and sleeps, with nothing
+flushed on purpose, waiting for the test's ``kill -9``. It prints ``BEFORE <unix s>`` before it
+creates the engine (and its Monitor), ``MONITOR <unix s>`` once it exists, ``SAVE <seconds>``
+and ``LOAD <seconds>`` as it measured them, and ``CLOSED <unix s>`` at the end, for the test to
 check goodput against.
 """
 
@@ -14,14 +16,19 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-import torch
-
-import trainmon
+print(f"PROCESS {time.time()}", flush=True)
 
 
 def main() -> None:
+    if len(sys.argv) > 8:
+        time.sleep(float(sys.argv[8]))
+    from pathlib import Path
+
+    import torch
+
+    import trainmon
+
     out = Path(sys.argv[1])
     run, total, save_at, hang_at = (int(a) for a in sys.argv[2:6])
     startup_s, step_s = (float(a) for a in sys.argv[6:8])
@@ -33,7 +40,8 @@ def main() -> None:
         "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
         "jsonl": {"enabled": True, "output_path": str(out), "job_name": "job"},
         "console": {"enabled": False},
-        "trainmon": {"flush_interval_s": 0.2},
+        # flushes far apart, drains often: a kill loses what the last drain had not written
+        "trainmon": {"flush_interval_s": 30.0, "drain_interval_s": 0.2},
     }
     model = torch.nn.Linear(8, 1)
     print(f"BEFORE {time.time()}", flush=True)
@@ -58,7 +66,6 @@ def main() -> None:
             engine.save_checkpoint(str(out / "ckpt"))
             print(f"SAVE {time.time() - began}", flush=True)
         if step == hang_at:
-            engine.monitor.flush()
             print(f"HANGING {time.time()}", flush=True)
             time.sleep(600)
     engine.close()

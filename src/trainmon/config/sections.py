@@ -257,7 +257,8 @@ class PipelineConfig(Settings):
         "Longest wait for queue space before dropping.", default=1.0, ge=0, unit="seconds"
     )
     flush_interval_s: float = setting(
-        "Writers push to disk at least this often; a kill -9 loses at most this much.",
+        "Writers push to disk at least this often; a kill -9 loses at most this much (the "
+        "JSONL journal: at most one drain_interval_s, as it writes at every drain).",
         default=1.0,
         ge=0,
         unit="seconds",

@@ -61,6 +61,10 @@ class FlushBarrier:
         return not self.skipped
 
 
+#: The operations of a drain's batch, after which an idle lane tells its writer it caught up.
+_BATCH_OPS = frozenset({"write", "windows", "extras"})
+
+
 class _Lane:
     """One writer's queue and thread. Counters have a single writer each (no lock needed)."""
 
@@ -131,6 +135,14 @@ class _Lane:
             finally:
                 self.busy_since = None
                 self.done += count
+            if not ops and what in _BATCH_OPS:  # the drain's batch is all handed over
+                self.busy_since = time.monotonic()
+                try:
+                    self.group.caught_up()
+                except Exception:  # the group isolates the writer; this keeps the lane alive
+                    pass
+                finally:
+                    self.busy_since = None
 
 
 class WriterLanes:

@@ -50,6 +50,12 @@ class Writer(abc.ABC):
     def close(self) -> None:
         """Flush and release resources; calling it again does nothing."""
 
+    def caught_up(self) -> None:  # noqa: B027 - optional hook
+        """The writer's lane has handed it everything queued so far (the end of a drain's
+        batch), on the writer's own thread: a file writer whose writes are cheap may make them
+        visible now, bounding what a ``kill -9`` loses by the drain interval. Ignored by
+        default (service writers push at :meth:`flush`)."""
+
     def finalize(self, status: RunStatus) -> None:  # noqa: B027 - optional hook
         """How the run ended, called once just before :meth:`close` (on the writer's own
         thread); a service writer records it (MLflow's run status, W&B's exit code). Ignored
@@ -152,6 +158,14 @@ class WriterGroup:
                 writer.flush()
             except Exception:
                 self._failed(writer, "flush")
+
+    def caught_up(self) -> None:
+        """Each writer's :meth:`Writer.caught_up` (the end of a drain's batch)."""
+        for writer in self.writers:
+            try:
+                writer.caught_up()
+            except Exception:
+                self._failed(writer, "caught_up")
 
     def close(self, status: RunStatus = "success") -> None:
         """Tell each writer how the run ended (:meth:`Writer.finalize`), then close it."""

@@ -16,7 +16,7 @@ import os
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, pairwise
 from pathlib import Path
 from typing import Any, overload
 
@@ -137,6 +137,8 @@ class Attempt:
     redone_from: float = math.inf
     #: The step of this attempt's first ``scalars`` line (None before it logged one).
     first_logged: int | None = None
+    #: When its Monitor was created (its ``meta`` line); :attr:`start` is its process's start.
+    monitor_start: float = 0.0
 
     @property
     def finish(self) -> float:
@@ -234,11 +236,13 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
     clock = ClockMend()
     for record in read_journal(journal, keep_orphaned=True, damaged=damaged, clock=clock):
         if record.get("kind") == "meta":
+            created = _number(record.get("time"))
             current = Attempt(
                 index=len(attempts) + 1,
                 id=str(record.get("attempt") or f"pid{record.get('pid')}"),
-                start=_number(record.get("time")),
-                last_seen=_number(record.get("time")),
+                start=_process_start(record, created),
+                last_seen=created,
+                monitor_start=created,
             )
             attempts.append(current)
         elif current is not None:  # (lines before any meta: not trainmon's writer)
@@ -252,9 +256,24 @@ def read_attempts(path: str | os.PathLike[str], notes: list[str] | None = None) 
         )
     for attempt in attempts:
         attempt.steps.settle()
+    for earlier, later in pairwise(attempts):
+        # one process's start counts once: a second Monitor of the same process (or a clock
+        # that disagrees) starts no earlier than the attempt before it ended
+        later.start = min(max(later.start, earlier.finish), later.monitor_start)
     _add_stalls(attempts, journal.parent / ALERTS_FILE)
     _mark_redone(attempts)
     return attempts
+
+
+def _process_start(meta: dict[str, Any], created: float) -> float:
+    """An attempt's start: the earliest of its process's start, its launcher's (a first-round
+    ``torchrun`` worker) and its Monitor's creation (see :mod:`trainmon.core.process`)."""
+    starts = [created]
+    for key in ("process_start", "launcher_start", "job_start"):
+        value = meta.get(key)
+        if isinstance(value, int | float) and math.isfinite(value) and value <= created:
+            starts.append(float(value))
+    return min(starts)
 
 
 def _add_stalls(attempts: list[Attempt], alerts: Path) -> None:

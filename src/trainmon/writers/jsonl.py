@@ -5,6 +5,7 @@ The schema is documented in :mod:`trainmon.journal`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import AttemptEnd, Extra, Histogram, Hparams, Span, StepScalars, Text
+from trainmon.core.process import claim_starts
 from trainmon.core.writer import Writer
 from trainmon.journal import JOURNAL_FILE, SCHEMA_VERSION, encode_line, encode_values
 from trainmon.version import __version__
@@ -53,6 +55,7 @@ class JsonlWriter(Writer):
             "trainmon": __version__,
             "attempt": uuid.uuid4().hex[:12],
             "mono": time.monotonic(),
+            **claim_starts(),
         }
         self._file.write_header(encode_line(meta))  # kept while the disk is full
         flush_or_hold(self._file)
@@ -105,6 +108,13 @@ class JsonlWriter(Writer):
             line = extra_line(record)
             if line is not None:
                 self._file.write(encode_line(line))
+
+    def caught_up(self) -> None:
+        """The end of a drain's batch: hand the lines to the OS now (one ``write``), so that a
+        ``kill -9`` loses at most one drain interval of the journal, not a flush interval. A
+        failure is left to the periodic :meth:`flush`, which retries and reports it."""
+        with contextlib.suppress(OSError):
+            self._file.flush()
 
     def flush(self) -> None:
         now = time.monotonic()
