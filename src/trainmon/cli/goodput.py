@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import time
+from typing import Any
 
 import orjson
 
 from trainmon.report.attempts import read_attempts, restarts_of
 from trainmon.report.goodput import Goodput, measure
 from trainmon.report.model import RunError
+from trainmon.report.timeline import job_timeline, render_text
 
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
@@ -24,12 +28,40 @@ def goodput(args: argparse.Namespace) -> int:
     if not attempts:
         raise RunError(f"{args.run}: the journal holds no attempt (no meta line)")
     result = measure(attempts)
+    # (getattr: a parser that defines no --timeline, not built by :func:`add_parser`)
+    timeline = job_timeline(result.attempts) if getattr(args, "timeline", False) else None
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(result.as_dict(), option=_JSON_OPTIONS))
+        figures = result.as_dict()
+        if timeline is not None:
+            figures["timeline"] = timeline.as_json()
+        sys.stdout.buffer.write(orjson.dumps(figures, option=_JSON_OPTIONS))
         sys.stdout.flush()
     else:
         print(render_goodput(result))
+        if timeline is not None:
+            width = shutil.get_terminal_size((80, 24)).columns
+            pad = len(f"#{len(result.attempts)}") + 4  # the rows' labels
+            colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+            print("\ntimeline (wall time from the first attempt's start):")
+            print("\n".join(render_text(timeline, max(20, width - pad - 1), colour)))
     return 0
+
+
+def add_parser(commands: Any) -> None:
+    """``trainmon goodput RUN [--json] [--timeline]``."""
+    parser = commands.add_parser(
+        "goodput",
+        help="how much of a job's wall time, across its restarts, went into kept steps",
+    )
+    parser.add_argument("run", metavar="RUN", help="a job folder (metrics.jsonl) or the file")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="draw each attempt along wall time, coloured by category (with --json: add "
+        'each attempt\'s segments as "timeline")',
+    )
+    parser.set_defaults(handler=goodput)
 
 
 def render_goodput(result: Goodput) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainmon.report.attempts import read_attempts, restarts_of
 from trainmon.report.goodput import BADPUT, measure
+from trainmon.report.timeline import Segment, job_timeline, style, timeline_svg
 
 _META = b'"kind":"meta"'
 _CHUNK = 1 << 20
@@ -36,6 +37,8 @@ class RestartFigures:
     """Per attempt: ``index``, ``ended``, ``steps`` and ``seconds`` (its own split)."""
     lines: list[str] = field(default_factory=list)
     """One line per restart (``resumed from step 20 · steps 21–30 ... replaced``)."""
+    timeline: list[list[dict[str, Any]]] = field(default_factory=list)
+    """Per attempt, its segments along wall time (``goodput --json --timeline``'s form)."""
 
 
 def restart_figures(source: str, path: str | Path) -> RestartFigures | None:
@@ -60,6 +63,7 @@ def restart_figures(source: str, path: str | Path) -> RestartFigures | None:
             for a, split in zip(result.attempts, result.per_attempt, strict=True)
         ],
         lines=[r.describe() for r in restarts_of(result.attempts)],
+        timeline=job_timeline(result.attempts).as_json(),
     )
 
 
@@ -105,19 +109,8 @@ def restart_rows(
     ]
 
 
-#: Colours of the report's stacked bar, per category (productive first).
-COLOURS = {
-    "productive_s": "#2e7d32",
-    "startup_s": "#90a4ae",
-    "checkpoint_save_s": "#1565c0",
-    "checkpoint_load_s": "#42a5f5",
-    "lost_work_s": "#c62828",
-    "downtime_s": "#424242",
-    "data_wait_s": "#f9a825",
-    "eval_s": "#6a1b9a",
-    "stall_s": "#ef6c00",
-    "other_s": "#bdbdbd",
-}
+#: Colours of the report's stacked bar, per category (productive first): the timeline's.
+COLOURS = {key: style(key)[3] for key in ("productive_s", *BADPUT)}
 
 
 def stacked_bar_html(figures: RestartFigures, width: int = 720) -> str:
@@ -155,6 +148,17 @@ def stacked_bar_html(figures: RestartFigures, width: int = 720) -> str:
     return "".join(parts) + f'<p class="muted">{legend}</p>'
 
 
+def timeline_html(figures: RestartFigures, width: int = 720) -> str:
+    """The attempts along wall time (from the job's first start), as ``goodput --timeline``
+    draws them: where the time went and when, the downtime in the gaps between attempts."""
+    rows = [[Segment(s["category"], s["start"], s["end"]) for s in row] for row in figures.timeline]
+    labels = [f"attempt {a['index']} ({a['ended']})" for a in figures.attempts]
+    return (
+        '<p class="muted">Each attempt along wall time, from the job\'s first start:</p>'
+        + timeline_svg(rows, labels, figures.wall_s, width)
+    )
+
+
 def goodput_section(names: Sequence[str], figures: Sequence[RestartFigures | None]) -> str:
     """The report's "Restarts and goodput" section (empty when no run was restarted)."""
     blocks = []
@@ -174,6 +178,8 @@ def goodput_section(names: Sequence[str], figures: Sequence[RestartFigures | Non
             f"<h3>{escape(name)}</h3><p>{f.restarts} restart(s), {f.redone_steps} step(s) "
             f"redone ({f.lost_work_s:.2f} s of work lost); goodput <b>{share}</b> of "
             f"{f.wall_s:.2f} s wall time.</p><ul>{lines}</ul>"
+            + timeline_html(f)
+            + '<p class="muted">Time per attempt, the downtime before it included:</p>'
             + stacked_bar_html(f)
             + f"<table><thead><tr><th></th><th>time</th><th>share</th></tr></thead>"
             f"<tbody>{table}</tbody></table>"
