@@ -29,7 +29,8 @@ from trainmon.core.monitor_state import (
     keyed_writers,
     writer_identities,
 )
-from trainmon.core.pipeline import Observer, Pipeline
+from trainmon.core.observer import Observer
+from trainmon.core.pipeline import Pipeline
 from trainmon.core.place import ProcessPlace, discover, logging_rank, writes_on_rank
 from trainmon.core.records import (
     DEFAULT_BINS,
@@ -44,13 +45,7 @@ from trainmon.core.records import (
     flatten_hparams,
     snapshot_histogram,
 )
-from trainmon.core.values import (
-    INT64_MAX,
-    INT64_MIN,
-    capture,
-    check_step,
-    is_tensor,
-)
+from trainmon.core.values import INT64_MAX, INT64_MIN, capture, check_step, is_tensor
 from trainmon.core.writer import RUN_STATUSES, RunStatus, Writer, WriterGroup
 from trainmon.errors import TrainingStopped
 from trainmon.lifecycle import register, run_status, unregister, why_unwritable
@@ -58,8 +53,10 @@ from trainmon.logging import get_logger
 from trainmon.monitor_parts import (
     WindowCallback,
     cross_rank_reducer,
+    live_goodput,
     on_demand_profiler,
     pipeline_settings,
+    with_starts,
 )
 from trainmon.writers import build_writers
 from trainmon.writers.custom import as_writer
@@ -94,7 +91,7 @@ class Monitor:
         all_ranks_log: bool = False,
     ) -> None:
         self.config = load_config(config)
-        self.place = place or discover()
+        self.place = with_starts(place or discover())
         #: The rank that writes and evaluates alerts (``trainmon.log_rank`` resolved).
         self.log_rank = logging_rank(self.config.trainmon.log_rank, self.place)
         # alert rules, stall watchdog and sinks (config.alerts); None without rules
@@ -141,6 +138,8 @@ class Monitor:
                 self._call_time_stops = call_time_stops(self.alerts.rules)
         if self.config.alerts.health_checks and writers:
             self._pipeline.add_observer(NonFiniteWarning())
+        if writers and (meter := live_goodput(self.config, self.place)) is not None:
+            self._pipeline.add_observer(meter)
         register(self, self._forked)
 
     # ---- the hot path ----------------------------------------------------------------------

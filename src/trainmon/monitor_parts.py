@@ -9,6 +9,7 @@ the Monitor itself then only holds them.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +20,11 @@ from trainmon.core.aggregate import WindowStats
 from trainmon.core.callbacks import Callback
 from trainmon.core.cross_rank import CrossRankReducer
 from trainmon.core.events import StepScalars
-from trainmon.core.pipeline import (
-    DEFAULT_DRAIN_INTERVAL_S,
-    STOP_RULES_DRAIN_INTERVAL_S,
-    Observer,
-)
+from trainmon.core.goodput_live import LiveGoodput
+from trainmon.core.observer import Observer
+from trainmon.core.pipeline import DEFAULT_DRAIN_INTERVAL_S, STOP_RULES_DRAIN_INTERVAL_S
 from trainmon.core.place import ProcessPlace
+from trainmon.core.process import claim_starts
 from trainmon.logging import get_logger
 from trainmon.writers import run_identity
 
@@ -91,3 +91,21 @@ class WindowCallback(Observer):
     def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
         self._callback.on_window_end(window)
         return ()
+
+
+def with_starts(place: ProcessPlace) -> ProcessPlace:
+    """``place`` with when this process's part of the job began (claimed once per process or
+    ``trainmon.mark_start``: a later Monitor of the same process starts at its creation)."""
+    if place.starts:
+        return place
+    return replace(place, starts=tuple(claim_starts().items()))
+
+
+def live_goodput(config: TrainmonConfig, place: ProcessPlace) -> LiveGoodput | None:
+    """The live goodput meter (``trainmon/goodput``, ...), its clock started at the process's
+    start (or its launcher's, or ``trainmon.mark_start``) as ``place.starts`` tells, else now;
+    None unless ``trainmon.live_goodput``."""
+    if not config.trainmon.live_goodput:
+        return None
+    starts = [t for _, t in place.starts]
+    return LiveGoodput(min(starts, default=time.time()), config.trainmon.goodput_window_s)

@@ -47,7 +47,7 @@ from trainmon.config import AlertRuleConfig, TrainmonConfig
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.alert import Alert
 from trainmon.core.events import StepScalars
-from trainmon.core.pipeline import Observer
+from trainmon.core.observer import Observer
 from trainmon.core.place import ProcessPlace, logging_rank, writes_on_rank
 from trainmon.logging import get_logger
 

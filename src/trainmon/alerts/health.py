@@ -16,7 +16,7 @@ from trainmon.alerts.rules import format_number
 from trainmon.config import AlertRuleConfig
 from trainmon.core.aggregate import WindowStats
 from trainmon.core.events import StepScalars
-from trainmon.core.pipeline import Observer
+from trainmon.core.observer import Observer
 from trainmon.logging import get_logger
 
 _log = get_logger("health")

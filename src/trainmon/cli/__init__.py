@@ -102,13 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(handler=commands.compare)
 
-    goodput_ = commands_.add_parser(
-        "goodput",
-        help="how much of a job's wall time, across its restarts, went into kept steps",
-    )
-    goodput_.add_argument("run", metavar="RUN", help="a job folder (metrics.jsonl) or the file")
-    goodput_.add_argument("--json", action="store_true", help="print the figures as JSON")
-    goodput_.set_defaults(handler=goodput.goodput)
+    goodput.add_parser(commands_)
 
     check = commands_.add_parser(
         "validate", help="check a DeepSpeed/trainmon config and print what it will monitor"

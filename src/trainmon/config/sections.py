@@ -333,6 +333,19 @@ class PipelineConfig(Settings):
         default=1,
         ge=0,
     )
+    live_goodput: bool = setting(
+        "Log goodput while the job runs: trainmon/goodput (the attempt so far, from its "
+        "process's start), trainmon/goodput_window (the last goodput_window_s seconds) and "
+        "their badput parts (trainmon/badput/*, trainmon/badput_window/*), at each window's "
+        "end, to every writer, the console line and alert rules.",
+        default=False,
+    )
+    goodput_window_s: float = setting(
+        "The live goodput's rolling window (0: the attempt-so-far view only).",
+        default=3600.0,
+        ge=0,
+        unit="seconds",
+    )
     total_steps: int | None = setting(
         "Steps the run will take, for the console's progress and ETA (step 500/2000 (25%) · "
         "elapsed · ETA); null means scheduler.params.total_num_steps, or "

@@ -13,7 +13,7 @@ from typing import Protocol
 from trainmon.config import TrainmonConfig
 from trainmon.core.callbacks import Callback
 from trainmon.core.entries import Item
-from trainmon.core.pipeline import Observer
+from trainmon.core.observer import Observer
 from trainmon.core.place import ProcessPlace
 
 

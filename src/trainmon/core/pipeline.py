@@ -43,6 +43,7 @@ from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
 from trainmon.core.entries import Entry, FlushRequest, Item, SampledValues, SideEvents
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.lanes import WriterLanes
+from trainmon.core.observer import Observer
 from trainmon.core.records import Pending, PendingMark
 from trainmon.core.stages import group_records
 from trainmon.core.values import Snapshot
@@ -53,25 +54,6 @@ _log = get_logger("pipeline")
 
 #: Called with each completed window on every rank; returns extra (cross-rank) metrics or None.
 WindowReducer = Callable[[WindowStats], Mapping[str, Number] | None]
-
-
-class Observer:
-    """Watches the stream on the background thread (alert rules, user callbacks).
-
-    Both hooks may return extra records (for example ``alerts/<name>``) that are written to
-    every writer after what was observed. An observer that raises is reported and skipped.
-    """
-
-    def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
-        """Per-step records, in step order, before the writers get them."""
-        return ()
-
-    def on_window(self, window: WindowStats) -> Sequence[StepScalars]:
-        """A completed window, with cross-rank metrics when there are any."""
-        return ()
-
-    def close(self) -> None:
-        """The pipeline is closing: release resources."""
 
 
 DROPPED_METRIC = "trainmon/dropped_events"
@@ -439,6 +421,11 @@ class Pipeline:
             return
         if record is not None:
             self.writers.write_extras([record])
+            for observer in self._observers:
+                try:
+                    observer.on_extra(record)
+                except Exception:
+                    self._count_internal_error(f"{type(observer).__name__}.on_extra failed")
 
     def _emit(self, batch: list[Entry]) -> None:
         """The stages, in order, for one batch of scalar entries."""
@@ -529,15 +516,20 @@ class Pipeline:
             self._observe("on_window", window)
 
     def _cross_rank(self, window: WindowStats) -> WindowStats:
-        """Stage 4: the reducer's cross-rank metrics, written as scalars at the window's last
-        step and merged into the window (unchanged when there are none)."""
-        if self.reducer is None:
-            return window
-        try:
-            extra = self.reducer(window)
-        except Exception:
-            self._count_internal_error("cross-rank reduction failed")
-            return window
+        """Stage 4: the reducer's cross-rank metrics and the observers' window metrics (live
+        goodput), written as scalars at the window's last step and merged into the window
+        (unchanged when there are none)."""
+        extra: dict[str, Number] = {}
+        if self.reducer is not None:
+            try:
+                extra.update(self.reducer(window) or {})
+            except Exception:
+                self._count_internal_error("cross-rank reduction failed")
+        for observer in self._observers:
+            try:
+                extra.update(observer.enrich(window) or {})
+            except Exception:
+                self._count_internal_error(f"{type(observer).__name__}.enrich failed")
         if not extra:
             return window
         self.writers.write([StepScalars(window.last_step, window.end_time, dict(extra))])

@@ -36,10 +36,12 @@ LogRank = int | Literal["last"]
 
 @dataclass(frozen=True)
 class ProcessPlace:
-    """This process's rank in the job and the job's size."""
+    """This process's rank in the job and the job's size; ``starts``, when its part of the job
+    began (``(what, unix s)`` pairs from :func:`trainmon.core.process.claim_starts`)."""
 
     rank: int = 0
     world_size: int = 1
+    starts: tuple[tuple[str, float], ...] = ()
 
 
 def discover(env: Mapping[str, str] | None = None) -> ProcessPlace:

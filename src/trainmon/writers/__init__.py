@@ -73,7 +73,9 @@ def _jsonl(config: TrainmonConfig, place: ProcessPlace) -> Writer:
 
     section = config.jsonl
     directory = run_dir(config, section, place)
-    return JsonlWriter(directory, section.job_name, place.rank, place.world_size)
+    return JsonlWriter(
+        directory, section.job_name, place.rank, place.world_size, starts=dict(place.starts)
+    )
 
 
 def _console(config: TrainmonConfig, place: ProcessPlace) -> Writer:

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from trainmon.core.aggregate import MetricStats, WindowStats
 from trainmon.core.events import Extra, Number, Progress, StepScalars
+from trainmon.core.goodput_live import BADPUT_PREFIX, GOODPUT_METRIC
 from trainmon.core.writer import Writer
 
 #: The step's disjoint parts (label, metric, older name of the same part); what they leave of
@@ -193,6 +194,10 @@ def format_window(
         now, peak = rss, peak_rss
     if now is not None:
         parts.append(f"mem {_memory(now)}" + (f" (peak {_memory(peak)})" if peak else ""))
+    goodput = take(GOODPUT_METRIC, "last")
+    if goodput is not None:  # the run so far; the rolling view and the parts: in the files
+        parts.append(f"goodput {100 * goodput:.1f}%")
+        used.update(n for n in metrics if n.startswith(_GOODPUT_FAMILIES))
     ratio = take("perf/straggler_ratio", "last")
     slowest = take("perf/slowest_rank", "last")
     if ratio is not None and slowest is not None and ratio >= STRAGGLER_SHOWN_AT:
@@ -222,6 +227,9 @@ def format_window(
         extras.append(part)
         length += 3 + len(part)
     return " | ".join([line, *extras])
+
+
+_GOODPUT_FAMILIES = (GOODPUT_METRIC, BADPUT_PREFIX.removesuffix("/"))
 
 
 def format_duration(seconds: float) -> str:

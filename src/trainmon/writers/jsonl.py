@@ -37,7 +37,16 @@ class JsonlWriter(Writer):
 
     kind = "jsonl"
 
-    def __init__(self, directory: Path | str, job: str = "", rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        directory: Path | str,
+        job: str = "",
+        rank: int = 0,
+        world_size: int = 1,
+        starts: Mapping[str, float] | None = None,
+    ):
+        """``starts``: when this attempt's process (and launcher) began, as the Monitor
+        claimed them (:func:`trainmon.core.process.claim_starts`); None claims them here."""
         path = Path(directory) / JOURNAL_FILE
         self.location = str(path)
         self._file = AppendFile(path, PENDING_BYTES)
@@ -55,7 +64,7 @@ class JsonlWriter(Writer):
             "trainmon": __version__,
             "attempt": uuid.uuid4().hex[:12],
             "mono": time.monotonic(),
-            **claim_starts(),
+            **(claim_starts() if starts is None else starts),
         }
         self._file.write_header(encode_line(meta))  # kept while the disk is full
         flush_or_hold(self._file)
