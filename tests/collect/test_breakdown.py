@@ -22,6 +22,7 @@ PARTS = (
     "perf/optimizer_ms",
     "perf/comm_ms",
     "perf/data_ms",
+    "perf/between_steps_ms",
 )
 
 
@@ -64,8 +65,9 @@ class Sleeps:
 
 def test_parts_match_known_sleeps_and_fit_in_the_step(tmp_path: Path) -> None:
     """Sleeps of 30 ms in the data loader, 20 ms in the forward and 25 ms in the optimizer step
-    show up as perf/data_ms, perf/forward_ms and perf/optimizer_ms within 20%, the backward is
-    not charged with them, and every step's parts add up to at most its step time."""
+    show up as perf/data_ms, perf/forward_ms and perf/optimizer_ms within 20%, neither the
+    backward nor the gap after step() is charged with them, and every step's parts add up to
+    at most its step time."""
     sleeps = Sleeps()
 
     class SlowData(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -111,13 +113,15 @@ def test_parts_match_known_sleeps_and_fit_in_the_step(tmp_path: Path) -> None:
         truth = sleeps.steps[step - 1]
         for part, slept_ms in truth.items():
             assert values[part] >= slept_ms, (step, part, values[part], truth)
-        parts = sum(values[p] for p in PARTS)
+        parts = sum(values.get(p, 0.0) for p in PARTS)
         assert parts <= values["perf/step_time_ms"] * 1.05 + 1.0, (step, values)
     # within 20% of the sleep (the median step, as a shared machine can stall any one step)
     for part in ("perf/data_ms", "perf/forward_ms", "perf/optimizer_ms"):
         ratios = [logged[s][part] / sleeps.steps[s - 1][part] for s in logged]
         assert statistics.median(ratios) <= 1.2, (part, ratios)
     assert statistics.median(logged[s]["perf/backward_inner_ms"] for s in logged) < 10.0
+    # the loader's waits pause the gap after step(): only the loop's own time is left there
+    assert statistics.median(logged[s]["perf/between_steps_ms"] for s in logged) < 10.0
 
 
 def test_nested_phases_are_disjoint_and_partial_drivers_work(tmp_path: Path) -> None:
@@ -154,7 +158,7 @@ def test_nested_phases_are_disjoint_and_partial_drivers_work(tmp_path: Path) -> 
         assert slept_ms <= first[part] <= slept_ms + 2.0, (part, first[part], slept_ms)
     assert first["perf/backward_allreduce_ms"] == first["perf/comm_ms"]
     assert first["perf/step_time_ms"] <= elapsed_ms
-    assert sum(first[p] for p in PARTS) <= first["perf/step_time_ms"]
+    assert sum(first.get(p, 0.0) for p in PARTS) <= first["perf/step_time_ms"]
     assert second["train/loss"] == 1.0 and second["train/lr"] == 0.5
     assert "perf/step_time_ms" not in second and "perf/samples_per_sec" not in second
     assert third["perf/step_time_ms"] >= 10.0
@@ -177,8 +181,10 @@ def test_two_ranks_with_a_straggler_parts_fit_and_loss_is_the_mean(tmp_path: Pat
     for rank in (0, 1):
         assert sorted(logged[rank]) == list(range(1, steps + 1))
         for step, values in logged[rank].items():
-            parts = sum(values[p] for p in PARTS)
+            parts = sum(values.get(p, 0.0) for p in PARTS)
             assert parts <= values["perf/step_time_ms"] * 1.05 + 1.0, (rank, step, values)
+            # no loader of the engine's: the gap after step() is not called a data wait
+            assert "perf/data_ms" not in values and "perf/between_steps_ms" in values, values
             # the engine's gradient all-reduce is a part of all communication, never more
             assert values["perf/backward_allreduce_ms"] <= values["perf/comm_ms"], values
             local = [statistics.fmean(reports[r]["losses"][step - 1]) for r in (0, 1)]
@@ -238,10 +244,49 @@ def test_phase_clock_nesting_unmatched_ends_and_collectives_inside_a_phase(
     clock.begin(OPTIMIZER)
     fake.now += 0.001
     parts = clock.take(fake.now)
-    assert parts == pytest.approx([2.0, 6.0, 5.0, 3.0, 1.0])  # data, fwd, bwd, comm, opt
+    assert parts == pytest.approx([2.0, 6.0, 5.0, 3.0, 1.0, 0.0])  # data .. opt, between
     fake.now += 0.002
     clock.end(OPTIMIZER)
-    assert clock.take(fake.now) == pytest.approx([0.0, 0.0, 0.0, 0.0, 2.0])
+    assert clock.take(fake.now) == pytest.approx([0.0, 0.0, 0.0, 0.0, 2.0, 0.0])
+
+
+@pytest.mark.parametrize("kind", ["host", "device"])
+def test_a_data_wait_inside_the_gap_after_step_is_data_not_between_steps(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The gap from step() to the next forward (between-steps) pauses while a loader the
+    driver sees waits (data), on the host clock and on the device clock's host timers."""
+    from types import SimpleNamespace
+
+    from trainmon.collect import device_timing
+    from trainmon.collect.instrument import clock as clock_module
+    from trainmon.collect.instrument.clock import (
+        BETWEEN,
+        DATA,
+        FORWARD,
+        PHASES,
+        DevicePhaseClock,
+        HostPhaseClock,
+    )
+
+    fake = FakeTime()
+    monkeypatch.setattr(clock_module, "_now", fake)
+    monkeypatch.setattr(device_timing, "time", SimpleNamespace(perf_counter=fake))
+    timers: list[Any] = [device_timing.HostSpanTimer() for _ in PHASES]
+    clock = HostPhaseClock() if kind == "host" else DevicePhaseClock(timers)
+    clock.begin(BETWEEN)  # step() returned
+    fake.now += 0.004  # the user's code
+    clock.begin(DATA)  # the loader's wait
+    fake.now += 0.030
+    clock.end(DATA)
+    fake.now += 0.001
+    clock.end(BETWEEN)  # the next forward
+    clock.begin(FORWARD)
+    fake.now += 0.002
+    clock.end(FORWARD)
+    parts = clock.take(fake.now)
+    assert parts[DATA] == pytest.approx(30.0) and parts[BETWEEN] == pytest.approx(5.0)
+    assert parts[FORWARD] == pytest.approx(2.0)
 
 
 def test_step_end_takes_per_step_work_and_extra_metrics(tmp_path: Path) -> None:

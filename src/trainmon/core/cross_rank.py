@@ -39,6 +39,7 @@ REDUCED_METRICS: tuple[tuple[str, str], ...] = (
     ("perf/optimizer_ms", "mean"),
     ("perf/comm_ms", "mean"),
     ("perf/data_ms", "mean"),
+    ("perf/between_steps_ms", "mean"),
     ("perf/samples_per_sec", "mean"),
     ("perf/tokens_per_sec", "mean"),
     ("perf/tflops", "mean"),

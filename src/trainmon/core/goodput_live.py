@@ -5,7 +5,8 @@ wait, the checkpoint and evaluation spans), nothing on the training thread. The 
 ``trainmon goodput``'s rules for one attempt: the clock starts with the process (or its
 launcher, or ``trainmon.mark_start``); before the first step is start-up; each window's time
 since the previous window's end is its steps', less the spans inside it (checkpoint save or
-load, evaluation) and the steps' data wait. Two views: the attempt so far, and a rolling
+load, evaluation), the steps' data wait and their time between steps (less those spans, as
+``trainmon goodput`` counts it). Two views: the attempt so far, and a rolling
 window of the last ``window_s`` seconds (a gauge to alert on: "below 80 % over the last
 hour"). Values are fractions of the wall time (0.912 is 91.2 %).
 """
@@ -25,10 +26,19 @@ GOODPUT_WINDOW_METRIC = "trainmon/goodput_window"
 #: ``trainmon/badput/<part>`` and ``trainmon/badput_window/<part>``: shares of the wall time.
 BADPUT_PREFIX = "trainmon/badput/"
 BADPUT_WINDOW_PREFIX = "trainmon/badput_window/"
-PARTS = ("startup", "checkpoint_save", "checkpoint_load", "eval", "data_wait", "other")
+PARTS = (
+    "startup",
+    "checkpoint_save",
+    "checkpoint_load",
+    "eval",
+    "data_wait",
+    "between_steps",
+    "other",
+)
 _SPAN_PART = {"checkpoint_save": "checkpoint_save", "checkpoint_load": "checkpoint_load"}
 _STEP_MS = "perf/step_time_ms"
 _DATA_MS = "perf/data_ms"
+_BETWEEN_MS = "perf/between_steps_ms"
 
 
 class LiveGoodput(Observer):
@@ -73,9 +83,14 @@ class LiveGoodput(Observer):
             if b > end:
                 kept.append((part, a, b))
         self._spans = kept
+        spanned = (end - low) - left
         data = min(left, _sum(window, _DATA_MS) / 1e3)
+        left -= data
+        # the gap after step() holds the user's own timed spans: counted once, as theirs
+        between = min(left, max(0.0, _sum(window, _BETWEEN_MS) / 1e3 - spanned))
         split["data_wait"] += data
-        split["productive"] += left - data
+        split["between_steps"] += between
+        split["productive"] += left - between
         self._book(low, end, split)
         self._reached = end
         return self._metrics(end)

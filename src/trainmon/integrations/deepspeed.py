@@ -322,6 +322,8 @@ class _DeepSpeedDriver:
             samples_per_step=samples,
             device=self.device,
             breakdown=config.wall_clock_breakdown or self._ds_breakdown,
+            data_wait=False,  # DeepSpeed's loader is not seen: no wait is known to be data's
+            between_steps=True,
         )
         self._fp16 = bool(engine.fp16_enabled())
         # ZeRO 0 in fp32: DeepSpeed keeps no norm (get_global_grad_norm() is None). With
@@ -393,7 +395,8 @@ class _DeepSpeedDriver:
         if not self._is_grad_enabled():
             return original(*args, **kwargs)
         instrument = self.instrument
-        instrument.data_end()  # the gap since the last step: the wait for the next batch
+        # the gap since the last step(): user code or a loader trainmon does not see
+        instrument.between_end()
         instrument.forward_begin()
         try:
             return original(*args, **kwargs)
@@ -454,7 +457,7 @@ class _DeepSpeedDriver:
         if boundary:
             self._log_step()
             self.monitor.step_end(engine, int(engine.global_steps))
-        instrument.data_begin()
+        instrument.between_begin()
         return result
 
     def _log_step(self) -> None:

@@ -76,8 +76,9 @@ class TrainmonEngine:
             raise
 
     def note_loader_timed(self) -> None:
-        """The DataLoader this engine built times the waits for batches itself."""
-        self._loader_timed = True
+        """The DataLoader this engine built times the waits for batches: from now on they are
+        logged as ``perf/data_ms`` (a gap the engine cannot tell from user code never is)."""
+        self.instrument.logs_data_wait = True
 
     def _set_up(
         self,
@@ -136,13 +137,14 @@ class TrainmonEngine:
             samples_per_step=batch.micro_batch_size * batch.gradient_accumulation_steps,
             device=self.device,
             breakdown=config.wall_clock_breakdown,
+            data_wait=False,  # until the loader built here is used (note_loader_timed)
+            between_steps=True,
         )
 
         # per-step state
         self._forwarded = False
         self._backward_since_step = False
         self._step_applied = False
-        self._loader_timed = False  # the loader we built times its waits: no gap timing
         self._grad_norm: Any = None
         self._grad_norm_float: float | None = None
         self._params: list[Any] = []
@@ -171,7 +173,7 @@ class TrainmonEngine:
             with autocast():
                 return self.module(*args, **kwargs)
         instrument = self.instrument
-        instrument.data_end()  # with the user's own loader: the gap since backward/step
+        instrument.between_end()  # the gap since step(), less the waits in our loader
         instrument.forward_begin()
         self._forwarded = True
         try:
@@ -242,9 +244,9 @@ class TrainmonEngine:
         if applied:
             self._optimizer_step(lr_kwargs)
         self.micro_steps += 1
-        if not self._loader_timed:
-            # with the user's own loader, the wait for data is the gap until the next forward
-            self.instrument.data_begin()
+        # until the next forward: user code, or a loader not ours (perf/between_steps_ms);
+        # a wait in the loader built here pauses it and is perf/data_ms
+        self.instrument.between_begin()
         if applied:
             monitor = self.monitor
             if monitor.callbacks or monitor.stop_reason is not None:

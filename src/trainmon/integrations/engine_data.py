@@ -1,4 +1,5 @@
-"""The engine's data side: a DataLoader whose waits are timed as ``perf/data_ms``."""
+"""The engine's data side: a DataLoader whose waits are timed as ``perf/data_ms`` (the only
+data wait the engine reports: the gap after ``step()`` is ``perf/between_steps_ms``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ class TimedSource(Protocol):
     instrument: StepInstrument
 
     def note_loader_timed(self) -> None:
-        """The engine's own loader times the waits: no gap timing is needed."""
+        """The engine's own loader times the waits: log them as ``perf/data_ms``."""
 
 
 class _TimedIterator:

@@ -25,8 +25,12 @@ from trainmon.journal import JOURNAL_FILE, ClockMend, read_journal
 from trainmon.report.loading import find_journal, parse_alert_lines
 from trainmon.report.model import RunError
 
-#: The metric whose value is a step's data wait (the breakdown's data part).
+#: The metric whose value is a step's data wait (the breakdown's data part: waits inside a
+#: data loader the driver sees).
 DATA_METRIC = "perf/data_ms"
+#: The metric whose value is a step's time from ``step()`` to the next forward outside any
+#: loader trainmon saw (the engine's and ``attach``'s breakdown).
+BETWEEN_METRIC = "perf/between_steps_ms"
 STEP_TIME_METRIC = "perf/step_time_ms"
 
 
@@ -38,10 +42,11 @@ class StepMark:
     time: float
     step_s: float | None = None
     data_s: float = 0.0
+    between_s: float = 0.0
 
 
 class StepMarks(Sequence[StepMark]):
-    """An attempt's steps in four packed columns (32 bytes a step, where a :class:`StepMark`
+    """An attempt's steps in five packed columns (40 bytes a step, where a :class:`StepMark`
     object each would take ten times that on a journal of millions of steps); read as a
     sequence of :class:`StepMark` made on the fly.
 
@@ -54,22 +59,27 @@ class StepMarks(Sequence[StepMark]):
         self.times = array("d")
         self.step_s = array("d")  # NaN: the step said nothing of its own time
         self.data_s = array("d")  # NaN: nothing on this row
+        self.between_s = array("d")  # NaN: nothing on this row
 
-    def add(self, step: int, time: float, step_s: float, data_s: float) -> None:
-        """One line's row (``step_s``/``data_s`` NaN when the line does not carry them)."""
+    def add(
+        self, step: int, time: float, step_s: float, data_s: float, between_s: float = math.nan
+    ) -> None:
+        """One line's row (``step_s``/``data_s``/``between_s`` NaN when the line does not
+        carry them)."""
         self.steps.append(step)
         self.times.append(time)
         self.step_s.append(step_s)
         self.data_s.append(data_s)
+        self.between_s.append(between_s)
 
     def settle(self) -> None:
         """Sort by step (stable) and merge the rows of each step into one."""
         steps, times, step_s, data_s = self.steps, self.times, self.step_s, self.data_s
+        between_s = self.between_s
         ordered = all(map(operator.lt, steps, islice(steps, 1, None)))
         if ordered:
-            for i, value in enumerate(data_s):
-                if value != value:
-                    data_s[i] = 0.0
+            _zero_nan(data_s)
+            _zero_nan(between_s)
             return
         order = sorted(range(len(steps)), key=steps.__getitem__)
         merged = StepMarks()
@@ -81,17 +91,14 @@ class StepMarks(Sequence[StepMark]):
                     merged.step_s[-1] = step_s[i]
                 if data_s[i] == data_s[i]:
                     merged.data_s[-1] = data_s[i]
+                if between_s[i] == between_s[i]:
+                    merged.between_s[-1] = between_s[i]
             else:
-                merged.add(step, times[i], step_s[i], data_s[i])
-        for i, value in enumerate(merged.data_s):
-            if value != value:
-                merged.data_s[i] = 0.0
-        self.steps, self.times, self.step_s, self.data_s = (
-            merged.steps,
-            merged.times,
-            merged.step_s,
-            merged.data_s,
-        )
+                merged.add(step, times[i], step_s[i], data_s[i], between_s[i])
+        _zero_nan(merged.data_s)
+        _zero_nan(merged.between_s)
+        self.steps, self.times, self.step_s = merged.steps, merged.times, merged.step_s
+        self.data_s, self.between_s = merged.data_s, merged.between_s
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -111,6 +118,7 @@ class StepMarks(Sequence[StepMark]):
             self.times[index],
             None if step_s != step_s else step_s,
             self.data_s[index],
+            self.between_s[index],
         )
 
     def __iter__(self) -> Iterator[StepMark]:
@@ -332,13 +340,12 @@ def _note(attempt: Attempt, record: dict[str, Any]) -> None:
                 attempt.stall_times.append(float(t))
         if attempt.first_logged is None:
             attempt.first_logged = step
-        step_ms = values.get(STEP_TIME_METRIC)
-        data_ms = values.get(DATA_METRIC)
         attempt.steps.add(
             step,
             float(t),
-            _seconds(step_ms),
-            _seconds(data_ms),
+            _seconds(values.get(STEP_TIME_METRIC)),
+            _seconds(values.get(DATA_METRIC)),
+            _seconds(values.get(BETWEEN_METRIC)),
         )
     elif kind == "span":
         start, end = record.get("start_time"), record.get("end_time")
@@ -368,6 +375,13 @@ def _seconds(milliseconds: Any) -> float:
     if isinstance(milliseconds, int | float) and math.isfinite(milliseconds):
         return max(0.0, milliseconds / 1e3)
     return math.nan
+
+
+def _zero_nan(column: array[float]) -> None:
+    """Nothing said on any row of a step: 0 s."""
+    for i, value in enumerate(column):
+        if value != value:
+            column[i] = 0.0
 
 
 def _number(value: Any) -> float:

@@ -48,7 +48,7 @@ PALETTE = (
     "#bcbd22",
 )
 DASHES: tuple[list[int], ...] = ([], [6, 3], [2, 3], [10, 3, 2, 3])
-BREAKDOWN_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1")
+BREAKDOWN_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#edc948")
 OTHER_COLOR = "#bab0ac"
 MAX_SERIES_PER_CHART = 8
 

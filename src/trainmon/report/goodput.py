@@ -6,8 +6,11 @@ step's end; the first one from its end less its ``perf/step_time_ms``):
 
 * before the first step: ``startup_s``;
 * a step's time: productive when the step was kept, ``lost_work_s`` when a later attempt
-  redid it; from a kept step, its ``perf/data_ms`` is ``data_wait_s`` and, in the step where
-  a stall alert fired, what it took beyond the attempt's median step is ``stall_s``;
+  redid it; from a kept step, its ``perf/data_ms`` (waits inside a data loader trainmon saw)
+  is ``data_wait_s``, its ``perf/between_steps_ms`` (from ``step()`` to the next forward,
+  outside such a loader) less the spans inside the step is ``between_steps_s`` and, in the
+  step where a stall alert fired, what it took beyond the attempt's median step is
+  ``stall_s``;
 * checkpoint saves and loads and evaluations that trainmon timed (journal ``span`` records)
   are ``checkpoint_save_s``, ``checkpoint_load_s`` and ``eval_s`` wherever they fall;
 * from one attempt's last sign of life to the next one's start: ``downtime_s``;
@@ -34,6 +37,7 @@ BADPUT = (
     "lost_work_s",
     "downtime_s",
     "data_wait_s",
+    "between_steps_s",
     "eval_s",
     "stall_s",
     "other_s",
@@ -160,6 +164,12 @@ def _split(attempt: Attempt) -> dict[str, float]:
         data = min(mark.data_s, left)
         out["data_wait_s"] += data
         left -= data
+        # a save or evaluation of the user's own runs between step() and the next forward:
+        # its span is booked already, so only the rest of the gap is between-steps time
+        spanned = (high - low) - left - data
+        between = min(max(0.0, mark.between_s - spanned), left)
+        out["between_steps_s"] += between
+        left -= between
         if any(low < t <= high for t in attempt.stall_times):
             stall = max(0.0, left - typical)
             out["stall_s"] += stall

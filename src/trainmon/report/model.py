@@ -61,6 +61,7 @@ BREAKDOWN = (
     ("optimizer", "perf/optimizer_ms"),
     ("comm", "perf/comm_ms"),
     ("data", "perf/data_ms"),
+    ("between steps", "perf/between_steps_ms"),
 )
 #: A part's older or coarser name, read when a run lacks the part's own: trainmon before the
 #: disjoint breakdown, and DeepSpeed without ``backward_inner``, logged ``perf/backward_ms``.

@@ -26,6 +26,7 @@ _BREAKDOWN = (
     ("opt", "perf/optimizer_ms", ""),
     ("comm", "perf/comm_ms", ""),
     ("data", "perf/data_ms", ""),
+    ("between", "perf/between_steps_ms", ""),
 )
 _COMM = "perf/comm_ms"
 #: Shown inside ``comm`` already: the engine's gradient all-reduce (DeepSpeed's name).

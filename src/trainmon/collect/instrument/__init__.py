@@ -3,13 +3,15 @@
 A driver translates its framework's hooks into calls on one :class:`StepInstrument`::
 
     inst = StepInstrument(monitor, samples_per_step=micro_batch * grad_accumulation)
-    inst.data_begin(); batch = next(it); inst.data_end()
+    inst.data_begin(); batch = next(it); inst.data_end()   # a loader the driver sees
+    inst.between_end()                        # with between_steps: the gap after step()
     inst.forward_begin(); loss = model(batch); inst.forward_end()
     inst.record_loss(loss)                    # per micro-batch; read in the background
     inst.backward_begin(); loss.backward(); inst.backward_end()
     inst.comm_begin(); all_reduce(grads); inst.comm_end()
     inst.optimizer_begin(); inst.record_grad_norm(norm); opt.step(); inst.optimizer_end()
     inst.step_end(step, lr=lr)                # logs the step's metrics, one enqueue
+    inst.between_begin()                      # with between_steps: until the next forward
     ...
     inst.close()
 
@@ -19,6 +21,7 @@ the loss still gets the step time, throughput, loss and memory.
 
 from trainmon.collect.instrument.clock import (
     BACKWARD,
+    BETWEEN,
     COMM,
     DATA,
     FORWARD,
@@ -39,10 +42,12 @@ BREAKDOWN_METRICS = (
     "perf/optimizer_ms",
     "perf/comm_ms",
     "perf/data_ms",
+    "perf/between_steps_ms",
 )
 
 __all__ = [
     "BACKWARD",
+    "BETWEEN",
     "BREAKDOWN_METRICS",
     "COMM",
     "DATA",

@@ -1,4 +1,5 @@
-"""The step's phase clock: forward, backward, optimizer, comm and data time, disjoint by design.
+"""The step's phase clock: forward, backward, optimizer, comm, data and between-steps time,
+disjoint by design.
 
 A driver marks phases with ``begin(phase)`` / ``end(phase)``. Phases nest: a phase begun while
 another is open pauses the outer one until it ends, so every instant of a step counts for at
@@ -8,7 +9,8 @@ take collectives run *inside* a phase (DeepSpeed's all-reduce inside ``backward`
 gathers inside ``forward``) out of that phase, since they are counted in ``comm``.
 
 On a CUDA device forward, backward, optimizer and comm are CUDA-event spans (read on the
-monitor's background thread), and data waits stay on the host clock.
+monitor's background thread), and data waits and the time between steps stay on the host
+clock.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from typing import Any, Protocol
 from trainmon.collect.device_timing import HostSpanTimer, SpanTimer, span_timers
 from trainmon.core.values import Deferred
 
-#: Phase indices (what ``begin``/``end`` take) and their order in :data:`PHASES`.
-DATA, FORWARD, BACKWARD, COMM, OPTIMIZER = range(5)
-PHASES = ("data", "forward", "backward", "comm", "optimizer")
+#: Phase indices (what ``begin``/``end`` take) and their order in :data:`PHASES`. ``DATA`` is
+#: a wait inside a data loader the driver sees; ``BETWEEN`` the time from a ``step()`` to the
+#: next forward outside such a loader (user code, or a loader trainmon does not see).
+DATA, FORWARD, BACKWARD, COMM, OPTIMIZER, BETWEEN = range(6)
+PHASES = ("data", "forward", "backward", "comm", "optimizer", "between_steps")
 _NONE = -1
 _now = time.perf_counter
 
@@ -173,7 +177,8 @@ class HostPhaseClock:
 
 
 class DevicePhaseClock:
-    """Phase clock of span timers: CUDA events for the device phases, the host for data."""
+    """Phase clock of span timers: CUDA events for the device phases, the host for the waits
+    (data, between steps)."""
 
     __slots__ = ("_current", "_stack", "_timers", "first")
 
@@ -233,13 +238,14 @@ class CommSource(Protocol):
 
 
 def phase_clock(device: Any, comm: CommSource | None, breakdown: bool = True) -> PhaseClock:
-    """A host clock, on a CUDA device event timers for all phases but data, or (without the
-    breakdown) a clock that only notes the first step's start."""
+    """A host clock, on a CUDA device event timers for all phases but data and between-steps
+    (host waits), or (without the breakdown) a clock that only notes the first step's start."""
     if not breakdown:
         return NullPhaseClock()
     if getattr(device, "type", None) == "cuda":
         timers = span_timers(device, len(PHASES))
         timers[DATA] = HostSpanTimer()
+        timers[BETWEEN] = HostSpanTimer()
         return DevicePhaseClock(timers)
     clock = HostPhaseClock(comm_aware=comm is not None)
     if comm is not None:

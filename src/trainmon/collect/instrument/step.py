@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainmon.collect.instrument.clock import (
     BACKWARD,
+    BETWEEN,
     COMM,
     DATA,
     FORWARD,
@@ -47,9 +48,12 @@ class StepInstrument:
       ``perf/tflops``, ``perf/mfu``;
     * with ``breakdown``: ``perf/forward_ms``, ``perf/backward_inner_ms`` (backward compute),
       ``perf/optimizer_ms``, ``perf/comm_ms`` (collectives; from the comms logger under
-      torch.distributed, else the ``comm`` phase), ``perf/data_ms``; they are disjoint, so
-      their sum is at most the step time. ``perf/backward_allreduce_ms`` (the ``comm`` phase,
-      a part of ``perf/comm_ms``) when the driver marks its gradient all-reduce;
+      torch.distributed, else the ``comm`` phase), ``perf/data_ms`` (waits inside a data
+      loader the driver sees; unless ``data_wait`` is off) and ``perf/between_steps_ms`` (from
+      a ``step()`` to the next forward, outside such a loader; with ``between_steps``); they
+      are disjoint, so their sum is at most the step time. ``perf/backward_allreduce_ms`` (the
+      ``comm`` phase, a part of ``perf/comm_ms``) when the driver marks its gradient
+      all-reduce;
     * ``mem/*`` (see :class:`~trainmon.collect.instrument.memory.MemoryProbe`).
 
     Phases nest: a phase begun inside another pauses the outer one (an all-reduce marked
@@ -60,7 +64,10 @@ class StepInstrument:
     overrides it per step). ``device``: CUDA event timing and CUDA memory on a CUDA device.
     ``breakdown`` defaults to the config's ``wall_clock_breakdown``; ``time_collectives``
     (default: when torch.distributed is initialised and the breakdown or ``comms_logger``
-    is on) wraps torch.distributed's collectives for ``perf/comm_ms``.
+    is on) wraps torch.distributed's collectives for ``perf/comm_ms``. ``data_wait``: the
+    driver times a data loader (:attr:`logs_data_wait`, which it may turn on later);
+    ``between_steps``: the driver times the gap from its ``step()`` to the next forward. A gap
+    trainmon cannot tell from user code is never logged as a data wait.
     """
 
     def __init__(
@@ -72,11 +79,17 @@ class StepInstrument:
         breakdown: bool | None = None,
         time_collectives: bool | None = None,
         memory: bool = True,
+        data_wait: bool = True,
+        between_steps: bool = False,
     ) -> None:
         config = monitor.config
         self.monitor = monitor
         self.samples_per_step = samples_per_step
         self.breakdown = config.wall_clock_breakdown if breakdown is None else breakdown
+        #: With the breakdown: log ``perf/data_ms`` (the driver sees the loader's waits).
+        self.logs_data_wait = data_wait
+        #: With the breakdown: log ``perf/between_steps_ms`` (the driver times that gap).
+        self.logs_between_steps = between_steps
         self.comms: Any = None
         if time_collectives is None:
             time_collectives = self.breakdown or config.comms_logger.enabled
@@ -112,6 +125,8 @@ class StepInstrument:
         self.comm_end = functools.partial(end, COMM)
         self.optimizer_begin = functools.partial(begin, OPTIMIZER)
         self.optimizer_end = functools.partial(end, OPTIMIZER)
+        self.between_begin = functools.partial(begin, BETWEEN)
+        self.between_end = functools.partial(end, BETWEEN)
         self.record_loss = self.loss.add
 
     # ---- hooks (training thread) ---------------------------------------------------------
@@ -140,6 +155,11 @@ class StepInstrument:
     """The optimizer step starts (unscale, clip, norm, step, scheduler, zero_grad)."""
     optimizer_end: Callable[[], None]
     """The optimizer step ended."""
+    between_begin: Callable[[], None]
+    """The driver's ``step()`` returns: what runs until the next forward is between steps
+    (a data wait begun inside it pauses it)."""
+    between_end: Callable[[], None]
+    """The next forward starts."""
     record_loss: Callable[[Any], None]
     """One micro-batch's loss (a single-element tensor or a number); never read on the
     training thread. The tensor is kept until the background reads it: pass it detached, or
@@ -234,14 +254,17 @@ class StepInstrument:
         if self.breakdown:
             ms = self._clock.take(now)
             self.last_phase_ms = ms
-            data, forward, backward, comm_phase, optimizer = ms  # PHASES
+            data, forward, backward, comm_phase, optimizer, between = ms  # PHASES
             add(("perf/forward_ms", forward))
             add(("perf/backward_inner_ms", backward))
             add(("perf/optimizer_ms", optimizer))
             add(("perf/comm_ms", _communication_ms(comm_phase, comm, self._clock)))
             if self._marks_comm:
                 add(("perf/backward_allreduce_ms", comm_phase))
-            add(("perf/data_ms", data))
+            if self.logs_data_wait:
+                add(("perf/data_ms", data))
+            if self.logs_between_steps:
+                add(("perf/between_steps_ms", between))
         memory = self.memory
         if memory is not None:
             memory.add_to(items, step)
