@@ -19,6 +19,8 @@ import hf_worker
 
 from trainmon.integrations.transformers import metric_name
 from trainmon.journal import read_journal
+from trainmon.report.attempts import read_attempts
+from trainmon.report.goodput import measure
 
 
 def test_trainer_keys_get_trainmon_names() -> None:
@@ -89,7 +91,8 @@ def test_one_process_matches_log_history_and_times_steps(tmp_path: Path) -> None
 def check_eval_and_save_spans(out: Path, record: dict[str, Any]) -> None:
     """The journal's ``eval`` spans (steps 10 and 20) each hold the evaluation's two collate
     calls the worker timed, and the ``checkpoint_save`` span at step 20 holds the moment the
-    Trainer's checkpoint file was written (its mtime)."""
+    Trainer's checkpoint file was written (its mtime); goodput counts them as eval_s and
+    checkpoint_save_s."""
     spans = [r for r in read_journal(out / "job") if r["kind"] == "span"]
     evals = [s for s in spans if s["what"] == "eval"]
     assert [s["step"] for s in evals] == [10, 20]
@@ -101,6 +104,10 @@ def check_eval_and_save_spans(out: Path, record: dict[str, Any]) -> None:
     folder = out / "hf" / f"checkpoint-{hf_worker.STEPS}"
     written = max(p.stat().st_mtime for p in folder.iterdir())
     assert save["start_time"] - 0.01 <= written <= save["end_time"] + 0.01
+    badput = measure(read_attempts(out / "job")).badput
+    seconds = sum(s["end_time"] - s["start_time"] for s in evals)
+    assert badput["eval_s"] == pytest.approx(seconds, abs=1e-6) and seconds > 0
+    assert badput["checkpoint_save_s"] == pytest.approx(save["end_time"] - save["start_time"])
 
 
 @pytest.mark.slow

@@ -6,11 +6,23 @@ trainmon's writers, and ``accelerator.end_training()`` calls :meth:`TrainmonTrac
 which flushes and closes it before Accelerate destroys the process group. Accelerate runs
 trackers on the main process only. Importing this module imports accelerate
 (``pip install "trainmon[accelerate]"``); ``import trainmon`` does not.
+
+Checkpoints: ``accelerator.save_state`` and ``load_state`` are timed into the journal as
+``checkpoint_save`` / ``checkpoint_load`` spans (``trainmon goodput``). Accelerate gives a
+tracker no handle on its Accelerator, so :meth:`TrainmonTracker.start` takes the one whose
+``init_trackers`` called it (the caller's ``self``) and wraps those two methods on that
+instance; :meth:`TrainmonTracker.watch` does it by hand (e.g. for a ``load_state`` before
+``init_trackers``). Accelerate has no evaluation loop of its own: time yours with
+``with accelerator.get_tracker("trainmon", unwrap=True).span("eval"):`` (``eval_s``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import importlib
+import inspect
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainmon.collect.instrument import StepInstrument
@@ -21,6 +33,8 @@ from trainmon.monitor import Monitor
 
 _tracking = require("accelerate.tracking", "accelerate", "trainmon.integrations.accelerate")
 GeneralTracker: Any = _tracking.GeneralTracker
+#: The Accelerator methods timed as journal spans, and the span's kind.
+_TIMED = (("save_state", "checkpoint_save"), ("load_state", "checkpoint_load"))
 
 
 class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
@@ -33,7 +47,8 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
     previous new step; from the second logged step on), ``perf/samples_per_sec``
     (``samples_per_step`` over that time) and ``mem/*``; log once per optimizer step for these
     to be per step. A stop asked by an alert rule is :attr:`stop_reason` (Accelerate has no
-    stop flag: poll it).
+    stop flag: poll it). ``accelerator.save_state`` / ``load_state`` are timed as checkpoint
+    spans (see the module doc) and not counted in the next step's time.
     """
 
     name = "trainmon"
@@ -52,6 +67,8 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
         self._samples_per_step = samples_per_step
         self._instrument: StepInstrument | None = None
         self._last_step: int | None = None
+        self._watched: list[tuple[Any, str]] = []  # (accelerator, method) wrapped here
+        self._finished = False
         #: what ``init_trackers(config=...)`` stored (``store_init_configuration``)
         self.init_configuration: dict[str, Any] = {}
 
@@ -73,6 +90,38 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
             self._instrument = StepInstrument(
                 monitor, samples_per_step=self._samples_per_step, breakdown=False
             )
+        accelerator = _calling_accelerator(self)
+        if accelerator is not None:
+            self.watch(accelerator)
+
+    def watch(self, accelerator: Any) -> None:
+        """Time ``accelerator.save_state`` and ``load_state`` into the journal as checkpoint
+        spans (instance attributes, removed by :meth:`finish`). :meth:`start` calls it for the
+        Accelerator whose ``init_trackers`` started this tracker; call it yourself to time a
+        load before ``init_trackers``. Only on the main process (the one with a tracker);
+        idempotent."""
+        if not getattr(accelerator, "is_main_process", True) or self._finished:
+            return
+        for name, kind in _TIMED:
+            original = getattr(accelerator, name, None)
+            if callable(original) and name not in vars(accelerator):
+                setattr(accelerator, name, self._timed(original, kind))
+                self._watched.append((accelerator, name))
+
+    def _timed(self, original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if not self._finished:
+                    monitor = self._lazy.get(all_ranks_log=False)
+                    monitor.record_span(kind, started, time.time())
+                    if self._instrument is not None:
+                        self._instrument.restart()  # not part of the next step's time
+
+        return timed
 
     def store_init_configuration(self, values: Mapping[str, Any]) -> None:
         """Keep the run's hyper-parameters in :attr:`init_configuration` and record them with
@@ -96,11 +145,29 @@ class TrainmonTracker(GeneralTracker):  # type: ignore[misc]
             monitor.log(numbers, step=step)
 
     def finish(self) -> None:
-        """Flush and close the monitor (``end_training`` calls this)."""
+        """Flush and close the monitor (``end_training`` calls this); the Accelerator's
+        ``save_state`` and ``load_state`` are its class's own again."""
+        self._finished = True
+        for accelerator, name in self._watched:
+            if name in vars(accelerator):
+                delattr(accelerator, name)
+        self._watched = []
         inst, self._instrument = self._instrument, None
         if inst is not None:
             inst.close()
         self._lazy.close()
+
+
+def _calling_accelerator(tracker: Any) -> Any:
+    """The Accelerator whose ``init_trackers`` is running ``tracker.start()``: ``self`` two
+    frames up, when it is an Accelerator holding ``tracker`` (else None: started by hand)."""
+    accelerator_class: Any = importlib.import_module("accelerate").Accelerator
+    here = inspect.currentframe()  # this function ← start() ← init_trackers
+    caller = here.f_back.f_back if here is not None and here.f_back is not None else None
+    owner = caller.f_locals.get("self") if caller is not None else None
+    if isinstance(owner, accelerator_class) and any(t is tracker for t in owner.trackers):
+        return owner
+    return None
 
 
 __all__ = ["TrainmonTracker"]

@@ -13,11 +13,12 @@ that needs it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import time
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import Tensor
@@ -173,7 +174,13 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
     batch end → batch start), ``perf/forward_ms`` (batch start → ``on_before_backward``: the
     ``training_step``), ``perf/backward_inner_ms`` (→ ``on_after_backward``; DDP's gradient
     all-reduce runs inside it), ``perf/optimizer_ms`` (``on_before_optimizer_step`` → batch
-    end). Validation and checkpoints between steps are not counted in the next step.
+    end). Validation and checkpoints between steps are not counted in the next step; they go to
+    the journal as spans (``trainmon goodput``'s eval_s, checkpoint_save_s and
+    checkpoint_load_s): each validation loop (``on_validation_start`` → ``on_validation_end``),
+    each ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls: the state's collection
+    and the write) and, when fitting resumes from ``ckpt_path``, the checkpoint's load in two
+    spans (reading it and restoring the module and the callbacks; later, after the strategy's
+    set-up, the loops, optimizers and schedulers), by wrapping those calls for the fit.
 
     Give ``logger=`` the :class:`TrainmonLogger` of the same trainer to share its monitor and
     gather statistics across ranks (a logger found in the trainer otherwise is still shared).
@@ -198,6 +205,9 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         self._same_kind = True
         self._validation_start: float | None = None
         self._lr: float | None = None
+        self._wrapped: list[tuple[Any, str]] = []  # (object, method) timed during the fit
+        self._load_start: float | None = None  # a resume's read began (the first span)
+        self._resuming = False  # a resume's training state is still to be restored
 
     @property
     def monitor(self) -> Monitor | None:
@@ -216,11 +226,16 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
         monitor.step = trainer.global_step
         self._instrument = StepInstrument(monitor, device=device_of(pl_module))
         self._instrument.steps = self._last_step = trainer.global_step
+        self._time_checkpoints(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Close a monitor built here (a shared one closes in the logger's ``finalize``)."""
         if stage != "fit":
             return
+        for owner, name in self._wrapped:
+            with contextlib.suppress(AttributeError):
+                delattr(owner, name)  # the class's method again
+        self._wrapped = []
         inst, self._instrument = self._instrument, None
         if inst is not None:
             inst.close()
@@ -307,10 +322,75 @@ class TrainmonCallback(_Callback):  # type: ignore[misc]
                 inst.monitor.record_span("eval", self._validation_start, time.time())
         self._validation_start = None
 
-    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
-        """Checkpointing is not a training step either."""
-        if self._instrument is not None:
-            self._instrument.restart()
+    # ---- checkpoints (wrapped for the fit: Lightning has no hook after a save or load) ----
+
+    def _time_checkpoints(self, trainer: Any) -> None:
+        """Time ``trainer.save_checkpoint`` and the checkpoint connector's restore calls, set
+        as instance attributes of the trainer and its connector and removed at teardown."""
+        # Lightning's own (private) connector: its restore calls bound a resume's load
+        connector = getattr(trainer, "_checkpoint_connector", None)
+        wraps: list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = [
+            (trainer, "save_checkpoint", self._timed_save),
+            (connector, "resume_start", self._timed_read),
+            (connector, "restore_callbacks", self._timed_restore),
+            (connector, "restore_training_state", self._timed_restore_training_state),
+        ]
+        for owner, name, wrap in wraps:
+            original = getattr(owner, name, None)
+            if callable(original) and name not in vars(owner):
+                setattr(owner, name, wrap(original))
+                self._wrapped.append((owner, name))
+
+    def _timed_save(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            inst = self._instrument
+            if inst is None:
+                return original(*args, **kwargs)
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inst.monitor.record_span("checkpoint_save", started, time.time())
+                inst.restart()  # the save is not part of the next step's time
+
+        return save_checkpoint
+
+    def _timed_read(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if checkpoint_path:  # a resume: the read starts its first span
+                self._load_start = time.time()
+                self._resuming = True
+            return original(checkpoint_path, *args, **kwargs)
+
+        return resume_start
+
+    def _timed_restore(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def restore_callbacks(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            finally:  # read, module, datamodule and callbacks restored: the first span
+                started, self._load_start = self._load_start, None
+                if started is not None:
+                    self._record_load(started)
+
+        return restore_callbacks
+
+    def _timed_restore_training_state(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def restore_training_state(*args: Any, **kwargs: Any) -> Any:
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:  # loops, optimizers and schedulers: the second span
+                if self._resuming:
+                    self._resuming = False
+                    self._record_load(started)
+
+        return restore_training_state
+
+    def _record_load(self, started: float) -> None:
+        inst = self._instrument
+        if inst is not None:
+            inst.monitor.record_span("checkpoint_load", started, time.time())
 
 
 __all__ = ["PACKAGE", "TrainmonCallback", "TrainmonLogger", "batch_size_of"]
