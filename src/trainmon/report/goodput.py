@@ -1,8 +1,10 @@
 """Goodput: how much of a job's wall time, across its restarts, went into steps that were kept.
 
-The wall time runs from the first attempt's start (its Monitor's creation) to the last
-attempt's end. Each attempt's time is cut at its step ends (a step runs from the previous
-step's end; the first one from its end less its ``perf/step_time_ms``):
+The wall time runs from the first attempt's start (its process's, see
+:mod:`trainmon.core.process`) to the last attempt's end. Each attempt's time is split by
+:mod:`trainmon.report.attempt_time` (the rule the timeline draws too), cut at its step ends (a
+step runs from the previous step's end; the first one from its end less its
+``perf/step_time_ms``):
 
 * before the first step: ``startup_s``;
 * a step's time: productive when the step was kept, ``lost_work_s`` when a later attempt
@@ -21,12 +23,11 @@ So ``productive_s`` plus the badput is the wall time, and ``goodput`` is their r
 
 from __future__ import annotations
 
-import statistics
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainmon.report.attempt_time import attempt_pieces
 from trainmon.report.attempts import Attempt
 
 #: The badput categories, in the order they are shown.
@@ -42,11 +43,6 @@ BADPUT = (
     "stall_s",
     "other_s",
 )
-_SPAN_CATEGORY = {
-    "checkpoint_save": "checkpoint_save_s",
-    "checkpoint_load": "checkpoint_load_s",
-    "eval": "eval_s",
-}
 
 
 @dataclass
@@ -115,69 +111,9 @@ def measure(attempts: Sequence[Attempt]) -> Goodput:
 
 
 def _split(attempt: Attempt) -> dict[str, float]:
-    """One attempt's time from its start to its finish, by category (module doc)."""
+    """One attempt's time from its start to its finish, by category: the sum of its pieces
+    (:func:`~trainmon.report.attempt_time.attempt_pieces`, which the timeline draws)."""
     out = dict.fromkeys(("productive_s", *BADPUT), 0.0)
-    start, finish = attempt.start, attempt.finish
-    spans = []  # made disjoint: where two overlap, the earlier one keeps the shared time
-    reach = start
-    for kind, a, b in sorted(attempt.spans, key=lambda span: span[1]):
-        a, b = max(a, reach), min(b, finish)
-        if b > a:
-            spans.append((_SPAN_CATEGORY.get(kind, "other_s"), a, b))
-            reach = b
-
-    def take(low: float, high: float) -> float:
-        """Book the spans inside [low, high]; return what is left of it."""
-        if high <= low:
-            return 0.0
-        left = high - low
-        for category, a, b in spans:
-            overlap = min(b, high) - max(a, low)
-            if overlap > 0:
-                out[category] += overlap
-                left -= overlap
-        return max(0.0, left)
-
-    steps = attempt.steps
-    if not steps:
-        out["startup_s"] += take(start, finish)
-        out["other_s"] = 0.0
-        return out
-    first = steps[0]
-    begin = first.time - (first.step_s or 0.0)
-    begin = min(max(begin, start), first.time)
-    out["startup_s"] += take(start, begin)
-    durations = array("d")  # a packed column: a long journal holds millions of steps
-    previous = begin
-    for t in steps.times:
-        end = max(t, previous)
-        durations.append(end - previous)
-        previous = end
-    typical = statistics.median(durations) if durations else 0.0
-    high = begin
-    for mark in steps:
-        low, high = high, max(mark.time, high)
-        left = take(low, high)
-        if mark.step >= attempt.redone_from:
-            out["lost_work_s"] += left
-            continue
-        data = min(mark.data_s, left)
-        out["data_wait_s"] += data
-        left -= data
-        # a save or evaluation of the user's own runs between step() and the next forward:
-        # its span is booked already, so only the rest of the gap is between-steps time
-        spanned = (high - low) - left - data
-        between = min(max(0.0, mark.between_s - spanned), left)
-        out["between_steps_s"] += between
-        left -= between
-        if any(low < t <= high for t in attempt.stall_times):
-            stall = max(0.0, left - typical)
-            out["stall_s"] += stall
-            left -= stall
-        out["productive_s"] += left
-    tail = take(previous, finish)
-    if any(previous < t for t in attempt.stall_times):
-        out["stall_s"] += tail
-    else:
-        out["other_s"] += tail
+    for category, low, high in attempt_pieces(attempt):
+        out[category] += high - low
     return out
