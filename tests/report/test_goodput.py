@@ -454,3 +454,20 @@ def test_overlapping_spans_are_counted_once(tmp_path: Path) -> None:
     assert result.badput["eval_s"] == pytest.approx(0.2, abs=0.01)
     assert result.badput["checkpoint_save_s"] == pytest.approx(0.1, abs=0.01)
     assert result.productive_s + sum(result.badput.values()) == pytest.approx(result.wall_s)
+
+
+@pytest.mark.slow
+def test_under_torchrun_the_clock_starts_with_the_launcher(tmp_path: Path) -> None:
+    """A first-round torchrun worker's attempt starts when its launcher (the elastic agent)
+    started, before the worker's own process: the launcher's start-up is the job's."""
+    from conftest import torchrun
+
+    launched = time.time()
+    result = torchrun(
+        Path(__file__).parents[1] / "scripts" / "launched_worker.py", 1, str(tmp_path)
+    )
+    worker = _printed(result.stdout.splitlines(), "PROCESS")
+    (meta,) = [r for r in read_journal(tmp_path / "job") if r["kind"] == "meta"]
+    assert launched - 0.05 <= meta["launcher_start"] < meta["process_start"] <= worker
+    (attempt,) = read_attempts(tmp_path / "job")
+    assert attempt.start == meta["launcher_start"]
