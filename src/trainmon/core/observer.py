@@ -10,10 +10,12 @@ from trainmon.core.events import Extra, Number, StepScalars
 
 
 class Observer:
-    """Watches the stream on the background thread (alert rules, user callbacks).
+    """Watches the stream on the background thread (alert rules, user callbacks, live goodput).
 
-    Both hooks may return extra records (for example ``alerts/<name>``) that are written to
-    every writer after what was observed. An observer that raises is reported and skipped.
+    :meth:`on_records` and :meth:`on_window` may return extra records (for example
+    ``alerts/<name>``) that are written to every writer after what was observed;
+    :meth:`enrich` adds metrics to the window itself. An observer that raises is reported and
+    skipped.
     """
 
     def on_records(self, records: Sequence[StepScalars]) -> Sequence[StepScalars]:
