@@ -1,15 +1,18 @@
-"""The report in a real browser (headless Chromium): it draws every chart, logs no error, and
-the screenshot is not blank. Skipped when Chromium is not installed."""
+"""The report in a real browser (headless Chromium): it draws every chart, logs no error, the
+screenshot is not blank, the smoothing slider draws TensorBoard's EMA and lives in the address,
+and a one-point or constant series gets sensible axes. Skipped when Chromium is not installed."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import struct
 import subprocess
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,6 +216,206 @@ def test_zoom_hover_reset_and_log_scale_raise_no_error(tmp_path: Path) -> None:
     """The page's self-test (zoom each chart, hover, reset zoom, toggle log scale) runs with
     no error, zoom narrows every chart and reset restores every chart's full range."""
     page = write_report([load_run(p) for p in build_runs(tmp_path)[:2]], tmp_path / "r.html")
+    dom = dump_dom(page, tmp_path, "#trainmon-selftest")
+    assert attribute(dom, "body", "data-errors") == "0"
+    count = len(figures(dom))
+    assert attribute(dom, "body", "data-selftest") == f"zoomed {count} reset {count} of {count}"
+
+
+def tensorboard_smooth(values: list[float | None], weight: float) -> list[float | None]:
+    """TensorBoard's scalar-dashboard smoothing, written here as the tests' ground truth: a
+    debiased EMA over the finite points (``None`` stands for NaN/Inf and stays as it is), a
+    constant series left unchanged."""
+    if all(v == values[0] for v in values):
+        return list(values)
+    last, count, out = 0.0, 0, []
+    for value in values:
+        if value is None or not math.isfinite(value):
+            out.append(value)
+            continue
+        last = last * weight + (1 - weight) * value
+        count += 1
+        out.append(last / (1 - weight**count) if weight != 1 else last)
+    return out
+
+
+def chart_specs(page: Path) -> dict[str, dict[str, Any]]:
+    """The page's chart specs (the JSON payload in #trainmon-data), by figure id."""
+    match = re.search(
+        r'<script type="application/json" id="trainmon-data">(.*?)</script>',
+        page.read_text(encoding="utf-8"),
+        re.S,
+    )
+    assert match is not None
+    return {chart["id"]: chart for chart in json.loads(match.group(1))["charts"]}
+
+
+def finite(values: list[float | None]) -> list[float]:
+    """The finite values, in order."""
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def assert_smoothed_as_tensorboard(dom: str, page: Path, weight: float) -> int:
+    """Every line chart's drawn smoothing (first and last value of its first series, the sum
+    over its series) is TensorBoard's EMA of its raw values; returns how many differ from raw."""
+    specs = chart_specs(page)
+    lines = [f for f in figures(dom) if f["data-kind"] == "lines"]
+    assert lines
+    differing = 0
+    for figure in lines:
+        series = specs[figure["id"]]["series"]
+        smoothed = [tensorboard_smooth(s["y"], weight) for s in series]
+        assert float(figure["data-smoothing"]) == weight
+        head = finite(smoothed[0])
+        for name, expected in (
+            ("data-smoothed-first", head[0] if head else None),
+            ("data-smoothed-last", head[-1] if head else None),
+        ):
+            if expected is None:
+                assert figure[name] == "null", figure
+            else:
+                assert math.isclose(float(figure[name]), expected, rel_tol=1e-12), (name, figure)
+        total = math.fsum(v for s in smoothed for v in finite(s))
+        raw = math.fsum(v for s in series for v in finite(s["y"]))
+        assert math.isclose(float(figure["data-smoothed-sum"]), total, rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(float(figure["data-raw-sum"]), raw, rel_tol=1e-9, abs_tol=1e-12)
+        differing += not math.isclose(total, raw, rel_tol=1e-6)
+    return differing
+
+
+@pytest.fixture(scope="module")
+def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three-run report of :func:`build_runs`, written once for this module's tests."""
+    base = tmp_path_factory.mktemp("smoothing")
+    return write_report([load_run(p) for p in build_runs(base)], base / "report.html")
+
+
+@needs_chromium
+def test_smoothing_in_the_url_draws_tensorboards_ema_of_every_line(
+    report_page: Path, tmp_path: Path
+) -> None:
+    """With #smoothing=0.9 every line chart draws TensorBoard's debiased EMA of its raw values
+    (NaN points left out of the average), most of them visibly different from the raw lines."""
+    dom = dump_dom(report_page, tmp_path, "#smoothing=0.9")
+    assert attribute(dom, "body", "data-errors") == "0"
+    assert attribute(dom, "body", "data-ready") == "1"
+    assert attribute(dom, "input", "value") == "0.9"
+    assert any(
+        s["y"].count(None) for c in chart_specs(report_page).values() for s in c.get("series", [])
+    )
+    differing = assert_smoothed_as_tensorboard(dom, report_page, 0.9)
+    assert differing >= 5, differing
+    for figure in figures(dom):
+        if figure["data-kind"] != "lines":  # breakdown and bands are not smoothed
+            assert "data-smoothing" not in figure, figure
+
+
+@needs_chromium
+def test_no_smoothing_draws_the_raw_values(report_page: Path, tmp_path: Path) -> None:
+    """With #smoothing=0 every line chart's drawn smoothed series equals its raw values."""
+    dom = dump_dom(report_page, tmp_path, "#smoothing=0")
+    assert attribute(dom, "body", "data-errors") == "0"
+    assert attribute(dom, "input", "value") == "0"
+    specs = chart_specs(report_page)
+    lines = [f for f in figures(dom) if f["data-kind"] == "lines"]
+    assert lines
+    for figure in lines:
+        assert figure["data-smoothed-sum"] == figure["data-raw-sum"], figure
+        head = finite(specs[figure["id"]]["series"][0]["y"])
+        assert float(figure["data-smoothed-first"]) == head[0]
+        assert float(figure["data-smoothed-last"]) == head[-1]
+    assert assert_smoothed_as_tensorboard(dom, report_page, 0.0) == 0
+
+
+@needs_chromium
+@pytest.mark.parametrize(
+    ("address", "shown"),
+    [
+        ("", "0"),
+        ("#smoothing=0.6", "0.6"),
+        ("?smoothing=0.25", "0.25"),
+        ("#train&smoothing=0.5", "0.5"),
+        ("#smoothing=5", "0.999"),
+        ("#smoothing=oops", "0"),
+    ],
+)
+def test_the_slider_reads_its_value_from_the_address(
+    report_page: Path, tmp_path: Path, address: str, shown: str
+) -> None:
+    """The smoothing slider (and every line chart) takes the value the page's address names,
+    clamped to 0..0.999, 0 when it names none."""
+    dom = dump_dom(report_page, tmp_path, address)
+    assert attribute(dom, "body", "data-errors") == "0"
+    assert re.search(rf'<input type="range" id="smoothing"[^>]*\bvalue="{re.escape(shown)}"', dom)
+    assert {f["data-smoothing"] for f in figures(dom) if f["data-kind"] == "lines"} == {shown}
+
+
+@needs_chromium
+def test_moving_the_slider_rewrites_the_address_and_an_anchor_keeps_it(
+    report_page: Path, tmp_path: Path
+) -> None:
+    """The page's self-test moves the slider to 0.6: the fragment then says smoothing=0.6 (via
+    history.replaceState), the hovered legend shows smoothed and raw values, and following the
+    #overview link keeps the smoothing next to the anchor."""
+    dom = dump_dom(report_page, tmp_path, "#trainmon-selftest")
+    assert attribute(dom, "body", "data-errors") == "0"
+    assert attribute(dom, "body", "data-selftest-url") == "#trainmon-selftest&amp;smoothing=0.6"
+    assert attribute(dom, "body", "data-selftest-nav") == "#overview&amp;smoothing=0.6"
+    assert attribute(dom, "input", "value") == "0.6"
+    assert re.search(r'class="u-value">[^<]+ \(raw [^<]+\)<', dom)
+    assert 'class="u-series tm-raw"' in dom
+    assert assert_smoothed_as_tensorboard(dom, report_page, 0.6) >= 5
+
+
+def edge_run(base: Path) -> Path:
+    """A short trainmon run, then a metric logged once (300 at step 40), a constant, one that
+    is only NaN and one with an Infinity."""
+    from test_report_summary import build_run
+
+    build_run(base, "edges", 30, seed=5)
+    rows = [
+        (40, {"other/one_point": 300.0, "other/constant": 7.0, "other/only_nan": "NaN"}),
+        (41, {"other/constant": 7.0, "other/only_nan": "NaN", "other/with_inf": 1.0}),
+        (42, {"other/constant": 7.0, "other/with_inf": "Infinity"}),
+        (43, {"other/constant": 7.0, "other/with_inf": 2.0}),
+    ]
+    with open(base / "edges" / "metrics.jsonl", "a") as f:
+        for step, values in rows:
+            record = {"v": 1, "kind": "scalars", "step": step, "time": 2e9 + step, "values": values}
+            f.write(json.dumps(record) + "\n")
+    return base / "edges"
+
+
+@needs_chromium
+def test_one_point_constant_and_non_finite_series_get_sensible_axes(tmp_path: Path) -> None:
+    """A one-point series' axes sit around its point (not 0..600), a constant's y axis is
+    padded around it, NaN-only and Infinity series draw with finite axes, smoothed or not."""
+    page = write_report([load_run(edge_run(tmp_path))], tmp_path / "edges.html")
+    by_metric = {
+        chart["series"][0]["metric"]: chart_id
+        for chart_id, chart in chart_specs(page).items()
+        if chart["kind"] == "lines" and len(chart["series"]) == 1
+    }
+    for fragment in ("", "#smoothing=0.9"):
+        dom = dump_dom(page, tmp_path, fragment)
+        assert attribute(dom, "body", "data-errors") == "0"
+        drawn = {f["id"]: f for f in figures(dom)}
+        assert all(f["data-rendered"] == "1" and int(f["data-ink"]) > 0 for f in drawn.values())
+        scale = {
+            metric: {k: float(drawn[i][f"data-{k}"]) for k in ("x-min", "x-max", "y-min", "y-max")}
+            for metric, i in by_metric.items()
+        }
+        one = scale["other/one_point"]
+        assert one["y-min"] < 300 < one["y-max"] and 0 < one["y-max"] - one["y-min"] <= 150, one
+        assert one["x-min"] < 40 < one["x-max"] and one["x-max"] - one["x-min"] <= 10, one
+        constant = scale["other/constant"]
+        assert constant["y-min"] < 7 < constant["y-max"], constant
+        assert constant["y-max"] - constant["y-min"] <= 3.5, constant
+        for metric in ("other/only_nan", "other/with_inf"):
+            assert all(math.isfinite(v) for v in scale[metric].values()), (metric, scale[metric])
+            assert scale[metric]["y-min"] < scale[metric]["y-max"]
+        weight = 0.9 if fragment else 0.0
+        assert_smoothed_as_tensorboard(dom, page, weight)
     dom = dump_dom(page, tmp_path, "#trainmon-selftest")
     assert attribute(dom, "body", "data-errors") == "0"
     count = len(figures(dom))

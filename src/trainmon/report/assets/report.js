@@ -6,8 +6,21 @@
  * the legend under each chart shows the values under the cursor. Alerts are dashed vertical
  * lines (red: firing, green: resolved), NaN/Inf values red ticks at the bottom.
  *
+ * Smoothing: one slider (nav bar, 0 to 0.999) smooths every "lines" series with TensorBoard's
+ * debiased exponential moving average (see smooth()); the raw series stays drawn faintly behind
+ * the smoothed one, the legend shows the smoothed value and the raw one. The stacked breakdown
+ * and the bands (min, max and mean) are not smoothed. The choice lives in the URL fragment
+ * (#smoothing=0.9, kept next to an anchor: #train&smoothing=0.9; ?smoothing=0.9 is read too),
+ * rewritten with history.replaceState as the slider moves, so a shared link shows the same view.
+ *
+ * Axes: a chart with a single x (one point) gets an x range around it, a y range with no
+ * spread (one point, a constant) a range padded around its value, not uPlot's 0..2v.
+ *
  * When done, <body> gets data-ready="1", data-charts=<n drawn>; every figure gets data-ink=<the
- * number of painted pixels>; errors are counted in body[data-errors] by the handler at the top.
+ * number of painted pixels>, data-x-min/-max and data-y-min/-max (its scales as drawn), a lines
+ * figure data-smoothing, data-smoothed-first/-last (its first series' first and last finite
+ * smoothed value as drawn), data-smoothed-sum and data-raw-sum (over all its series); errors
+ * are counted in body[data-errors] by the handler at the top.
  */
 (function () {
   "use strict";
@@ -18,6 +31,9 @@
   var syncing = false;
   var ready = false;
   var HEIGHT = 270;
+  var SMOOTHING_MAX = 0.999;
+  var RAW_ALPHA = 0.25;  // the raw series behind a smoothed one
+  var SELFTEST = "trainmon-selftest";
 
   function fmt(v) {
     if (v === null || v === undefined) return "–";
@@ -35,6 +51,203 @@
   function withAlpha(color, alpha) {
     var hex = Math.round(alpha * 255).toString(16);
     return color + (hex.length < 2 ? "0" + hex : hex);
+  }
+
+  // -- smoothing --------------------------------------------------------------------------
+
+  // TensorBoard's scalar-dashboard smoothing (vz_line_chart2, resmoothDataset), point by point
+  // whatever the x axis (step, samples or wall time): last = last*w + (1-w)*v over the finite
+  // points, divided by 1 - w^n (n: finite points so far) to undo the pull towards the initial 0;
+  // a non-finite point (null here: NaN/Inf) is not folded in and stays as it is, and a constant
+  // series is left as it is (TensorBoard #786). w = 0 gives the raw values exactly. A
+  // down-sampled series is smoothed over its drawn points (TensorBoard: its sampled ones).
+  function smooth(values, weight) {
+    var n = values.length;
+    var out = new Array(n);
+    var first = n ? values[0] : null;
+    var constant = true;
+    for (var k = 1; k < n && constant; k++) constant = values[k] === first;
+    var last = 0;
+    var count = 0;
+    for (var i = 0; i < n; i++) {
+      var v = values[i];
+      if (constant || v === null || v === undefined || !isFinite(v)) {
+        out[i] = v === undefined ? null : v;
+        continue;
+      }
+      last = last * weight + (1 - weight) * v;
+      count++;
+      out[i] = weight !== 1 ? last / (1 - Math.pow(weight, count)) : last;
+    }
+    return out;
+  }
+
+  function parseSmoothing(text) {
+    var w = parseFloat(text);
+    if (!isFinite(w) || w <= 0) return 0;
+    return Math.min(w, SMOOTHING_MAX);
+  }
+
+  // The fragment as ordered [key, value] pairs ("train&smoothing=0.9": [["train", ""], ...]).
+  function hashPairs() {
+    var out = [];
+    new URLSearchParams(location.hash.replace(/^#/, "")).forEach(function (v, k) { out.push([k, v]); });
+    return out;
+  }
+
+  function hashGet(key) {
+    var found = hashPairs().filter(function (p) { return p[0] === key; });
+    return found.length ? found[found.length - 1][1] : null;
+  }
+
+  function urlSmoothing() {
+    var text = hashGet("smoothing");
+    if (text === null) text = new URLSearchParams(location.search).get("smoothing");
+    return text === null ? null : parseSmoothing(text);
+  }
+
+  // Rewrites the fragment's smoothing (none at 0), keeping what else it holds (an anchor).
+  function writeSmoothingToUrl(text) {
+    var pairs = hashPairs().filter(function (p) { return p[0] !== "smoothing"; });
+    if (parseSmoothing(text) > 0) pairs.push(["smoothing", text]);
+    var hash = pairs.map(function (p) {
+      return encodeURIComponent(p[0]) + (p[1] ? "=" + encodeURIComponent(p[1]) : "");
+    }).join("&");
+    var url = location.href.split("#")[0] + (hash ? "#" + hash : "");
+    if (url === location.href) return;
+    try {
+      history.replaceState(history.state, "", url);
+    } catch (err) {  // a sandboxed frame may refuse it: the page works on without
+    }
+  }
+
+  var smoothing = 0;
+  var slider = null;
+  var sliderText = null;
+
+  function smoothingControl() {
+    var any = payload.charts.some(function (c) { return c.kind === "lines"; });
+    if (!any) return;
+    var label = document.createElement("label");
+    label.className = "smoothing";
+    label.title = "TensorBoard's exponential moving average (debiased) on every line chart; " +
+      "the raw values stay drawn faintly. Kept in the page's address.";
+    label.appendChild(document.createTextNode("smoothing "));
+    slider = document.createElement("input");
+    slider.type = "range";
+    slider.id = "smoothing";
+    slider.min = "0";
+    slider.max = String(SMOOTHING_MAX);
+    slider.step = "0.001";
+    sliderText = document.createElement("output");
+    sliderText.htmlFor = "smoothing";
+    label.appendChild(slider);
+    label.appendChild(sliderText);
+    var nav = document.querySelector("nav");
+    if (nav) nav.appendChild(label);
+    else body.insertBefore(label, body.firstChild);
+    slider.addEventListener("input", function () {
+      setSmoothing(slider.value);
+      writeSmoothingToUrl(slider.value);
+    });
+  }
+
+  // Shows smoothing ``text`` on the slider and, once the charts exist, redraws the lines.
+  function setSmoothing(text) {
+    var w = parseSmoothing(text);
+    if (slider) {
+      slider.value = String(w);
+      w = parseSmoothing(slider.value);  // what the slider holds (its step), drawn as shown
+      slider.setAttribute("value", slider.value);
+      sliderText.textContent = slider.value;
+    }
+    if (w === smoothing) return;
+    smoothing = w;
+    plots.forEach(function (p) {
+      if (p.spec.kind !== "lines") return;
+      p.u.setData(linesData(p.spec, p.logY), false);
+      p.u.redraw();  // keeps the x range (a zoom), fits y to the new lines
+      exposeSmoothing(p.figure, p.u, p.spec);
+    });
+  }
+
+  function exposeSmoothing(figure, u, spec) {
+    var first = null;
+    var last = null;
+    var sum = 0;
+    var rawSum = 0;
+    spec.series.forEach(function (s, i) {
+      var raw = u.data[1 + 2 * i];
+      var smoothed = u.data[2 + 2 * i];
+      for (var j = 0; j < smoothed.length; j++) {
+        var v = smoothed[j];
+        if (v !== null && v !== undefined && isFinite(v)) {
+          if (i === 0) {
+            if (first === null) first = v;
+            last = v;
+          }
+          sum += v;
+        }
+        var r = raw[j];
+        if (r !== null && r !== undefined && isFinite(r)) rawSum += r;
+      }
+    });
+    figure.setAttribute("data-smoothing", String(smoothing));
+    figure.setAttribute("data-smoothed-first", String(first));
+    figure.setAttribute("data-smoothed-last", String(last));
+    figure.setAttribute("data-smoothed-sum", String(sum));
+    figure.setAttribute("data-raw-sum", String(rawSum));
+  }
+
+  // -- axes -------------------------------------------------------------------------------
+
+  // y from the data in view: uPlot's own padding, except with no spread (one point, a
+  // constant: uPlot would show 0..2v) a range padded around the value; none at all: 0..1.
+  function yRange(u, min, max) {
+    if (min === null || max === null || !isFinite(min) || !isFinite(max)) return [0, 1];
+    var size = Math.max(Math.abs(min), Math.abs(max));
+    if (max - min > size * 1e-9) return uPlot.rangeNum(min, max, 0.1, true);
+    var mid = (min + max) / 2;
+    var pad = mid !== 0 ? Math.abs(mid) * 0.1 : 1;
+    return [mid - pad, mid + pad];
+  }
+
+  function yRangeLog(u, min, max) {
+    if (min === null || max === null || !(min > 0) || !isFinite(max)) return [1, 10];
+    if (max - min > max * 1e-9) return uPlot.rangeLog(min, max, 10, false);
+    return [min / 2, max * 2];
+  }
+
+  // One x (a single point, or one step shared by every series): a range around it, padded 5%
+  // (at least 1) instead of uPlot's 0..2x; fixed, so a shared zoom still moves it.
+  function xScale(xs) {
+    var scale = { time: false };
+    var lo = null;
+    var hi = null;
+    for (var i = 0; i < xs.length; i++) {
+      var x = xs[i];
+      if (x === null || x === undefined) continue;
+      if (lo === null || x < lo) lo = x;
+      if (hi === null || x > hi) hi = x;
+    }
+    if (lo !== null && lo === hi) {
+      var pad = Math.max(1, Math.abs(lo) * 0.05);
+      scale.auto = false;
+      scale.min = lo - pad;
+      scale.max = lo + pad;
+    }
+    return scale;
+  }
+
+  function exposeScales(u) {
+    var figure = u.root.closest("figure");
+    if (!figure) return;
+    ["x", "y"].forEach(function (key) {
+      var sc = u.scales[key];
+      if (!sc) return;
+      figure.setAttribute("data-" + key + "-min", String(sc.min));
+      figure.setAttribute("data-" + key + "-max", String(sc.max));
+    });
   }
 
   function alertsOf(spec) {
@@ -114,41 +327,71 @@
     }
   }
 
-  function baseOptions(spec, el, series, logY) {
+  function baseOptions(spec, el, series, logY, xs) {
     return {
       width: Math.max(320, el.clientWidth || 640),
       height: HEIGHT,
       series: [{ label: spec.xUnit, value: function (u, v) { return v === null ? "–" : fmt(v); } }].concat(series),
-      scales: { x: { time: false }, y: logY ? { distr: 3 } : {} },
+      scales: { x: xScale(xs), y: logY ? { distr: 3, range: yRangeLog } : { range: yRange } },
       axes: [
         { label: spec.xUnit, values: axisValues },
         { label: spec.yLabel, size: 64, values: axisValues },
       ],
       cursor: { sync: { key: "x:" + spec.xUnit, setSeries: false }, drag: { x: true, y: false } },
       legend: { live: true },
-      hooks: { setScale: [onScale] },
+      hooks: { setScale: [onScale], draw: [exposeScales] },
       plugins: [marksPlugin(spec, el.parentNode.querySelector(".alert-hover"))],
     };
   }
 
-  function linesChart(spec, el, logY) {
-    var tables = spec.series.map(function (s) { return [s.x, s.y]; });
+  // Per series two columns: the raw values, then their smoothing (series 1+2i and 2+2i).
+  function linesData(spec, logY) {
+    var tables = spec.series.map(function (s) { return [s.x, s.y, smooth(s.y, smoothing)]; });
     var data = tables.length === 1 ? tables[0] : uPlot.join(tables);
     if (logY) {  // a log axis cannot show 0 or negatives: leave them out
       data = data.map(function (col, i) {
         return i === 0 ? col : col.map(function (v) { return v !== null && v !== undefined && v <= 0 ? null : v; });
       });
     }
-    var series = spec.series.map(function (s) {
-      return {
+    return data;
+  }
+
+  // Hiding a series from its legend entry hides its raw line too (the raw row is not shown).
+  function mirrorRaw(u, index, change) {
+    if (!change || change.show === undefined || index < 2 || u.series[index].class === "tm-raw") return;
+    var raw = u.series[index - 1];
+    if (raw && raw.class === "tm-raw" && raw.show !== change.show) u.setSeries(index - 1, { show: change.show });
+  }
+
+  function linesChart(spec, el, logY) {
+    var data = linesData(spec, logY);
+    var series = [];
+    spec.series.forEach(function (s) {
+      var dash = s.dash && s.dash.length ? s.dash : undefined;
+      series.push({
+        label: s.label + " (raw)",
+        class: "tm-raw",
+        stroke: withAlpha(s.color, RAW_ALPHA),
+        width: 1,
+        dash: dash,
+        value: function (u, v) { return fmt(v); },
+      });
+      series.push({
         label: s.label,
         stroke: s.color,
         width: 1.5,
-        dash: s.dash && s.dash.length ? s.dash : undefined,
-        value: function (u, v) { return fmt(v); },
-      };
+        dash: dash,
+        value: function (u, v, si, idx) {
+          if (!smoothing || idx === null || idx === undefined) return fmt(v);
+          return fmt(v) + " (raw " + fmt(u.data[si - 1][idx]) + ")";
+        },
+      });
     });
-    return new uPlot(baseOptions(spec, el, series, logY), data, el);
+    var opts = baseOptions(spec, el, series, logY, data[0]);
+    opts.hooks.setSeries = [mirrorRaw];
+    var u = new uPlot(opts, data, el);
+    exposeSmoothing(el.closest("figure"), u, spec);
+    return u;
   }
 
   function stackedChart(spec, el) {
@@ -193,7 +436,7 @@
         value: function (u, v) { return v === null ? "–" : fmt(v) + " ms"; },
       });
     });
-    var opts = baseOptions(spec, el, series, false);
+    var opts = baseOptions(spec, el, series, false, st.x);
     opts.bands = bands;
     opts.scales.y = { range: function (u, min, max) { return [0, max > 0 ? max * 1.05 : 1]; } };
     return new uPlot(opts, data, el);
@@ -218,7 +461,7 @@
       tables.push(table);
     });
     var data = tables.length === 1 ? tables[0] : uPlot.join(tables);
-    var opts = baseOptions(spec, el, series, false);
+    var opts = baseOptions(spec, el, series, false, data[0]);
     opts.bands = bands;
     return new uPlot(opts, data, el);
   }
@@ -236,24 +479,33 @@
     return lo < hi ? [lo, hi] : [lo - 1, hi + 1];  // never an empty range
   }
 
+  smoothingControl();
+  var initialSmoothing = urlSmoothing();
+  setSmoothing(initialSmoothing === null ? "0" : String(initialSmoothing));
+
   payload.charts.forEach(function (spec) {
     var figure = document.getElementById(spec.id);
     if (!figure) return;
     var el = figure.querySelector(".plot");
     try {
-      var entry = { spec: spec, xUnit: spec.xUnit, u: build(spec, el, false), figure: figure };
+      var entry = { spec: spec, xUnit: spec.xUnit, u: build(spec, el, false), figure: figure, logY: false };
       entry.range = dataRange(entry.u);  // replaced by uPlot's committed range once drawn
       plots.push(entry);
       figure.setAttribute("data-rendered", "1");
       var toggle = figure.querySelector("input.logy");
       if (toggle) {
         toggle.addEventListener("change", function () {
+          // the x range shown; a chart rebuilt this tick has none yet: the one asked of it
           var x = entry.u.scales.x;
+          if (x.min !== null && x.min !== undefined && x.max !== null && x.max !== undefined) {
+            entry.view = { min: x.min, max: x.max };
+          }
           entry.u.destroy();
           syncing = true;  // the new chart's first scale is its own, not a user's zoom
           try {
+            entry.logY = toggle.checked;
             entry.u = build(spec, el, toggle.checked);
-            entry.u.setScale("x", { min: x.min, max: x.max });
+            if (entry.view) entry.u.setScale("x", { min: entry.view.min, max: entry.view.max });
           } finally {
             syncing = false;
           }
@@ -274,6 +526,23 @@
       syncing = false;
     });
   }
+
+  // A link followed inside the page (#train) drops the fragment's smoothing: put it back next
+  // to the anchor; a fragment that names a smoothing (back, an edited address) sets it.
+  window.addEventListener("hashchange", function () {
+    var text = hashGet("smoothing");
+    if (text !== null) setSmoothing(text);
+    else if (smoothing > 0 && slider) writeSmoothingToUrl(slider.value);
+  });
+
+  // #train&smoothing=0.9 names no element: scroll to the anchor it holds.
+  (function () {
+    if (!location.hash || document.getElementById(location.hash.slice(1))) return;
+    var anchor = hashPairs().filter(function (p) {
+      return !p[1] && p[0] !== SELFTEST && document.getElementById(p[0]);
+    })[0];
+    if (anchor) document.getElementById(anchor[0]).scrollIntoView();
+  })();
 
   var resizeTimer = null;
   window.addEventListener("resize", function () {
@@ -303,7 +572,7 @@
     });
     body.setAttribute("data-charts", String(drawn));
     ready = true;
-    if (location.hash === "#trainmon-selftest") selfTest(function () { body.setAttribute("data-ready", "1"); });
+    if (hashGet(SELFTEST) !== null) selfTest(function () { body.setAttribute("data-ready", "1"); });
     else body.setAttribute("data-ready", "1");
   }, 0);
 
@@ -339,9 +608,36 @@
         });
         setTimeout(function () {
           body.setAttribute("data-selftest", result.join(" ") + " of " + plots.length);
-          done();
+          smoothingSelfTest(done);
         }, 0);
       }, 0);
     }, 0);
+  }
+
+  // Moves the slider to 0.6 (body[data-selftest-url]: the address after it), hovers the first
+  // line chart (its legend then shows smoothed and raw values), then follows the link to
+  // #overview (body[data-selftest-nav]: the address after the link).
+  function smoothingSelfTest(done) {
+    if (!slider) {
+      done();
+      return;
+    }
+    slider.value = "0.6";
+    slider.dispatchEvent(new Event("input"));
+    body.setAttribute("data-selftest-url", location.hash);
+    var lines = plots.filter(function (p) { return p.spec.kind === "lines"; })[0];
+    if (lines) lines.u.setCursor({ left: lines.u.bbox.width / 2 / (window.devicePixelRatio || 1), top: 20 });
+    var finished = false;
+    function finish() {
+      if (finished) return;
+      finished = true;
+      window.removeEventListener("hashchange", onHash);
+      body.setAttribute("data-selftest-nav", location.hash);
+      done();
+    }
+    function onHash() { setTimeout(finish, 0); }
+    window.addEventListener("hashchange", onHash);
+    setTimeout(finish, 2000);  // no hashchange: report what the address is
+    location.hash = "overview";
   }
 })();
