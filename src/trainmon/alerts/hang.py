@@ -285,11 +285,38 @@ def collective_of(record: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: Up to this many ranks are listed one by one; more are written as ranges with a count.
+LISTED_RANKS = 8
+#: Groups of ranks behind shown in the verdict line; the rest are counted.
+SHOWN_GROUPS = 6
+#: A record this much older than the newest one is a rank with no sign of life since.
+SILENT_AFTER_S = 30.0
+
+
 def _ranks(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0, 1, 5`` or, for many, ``1,022 ranks (0–16, 18–902, 904–1023)``:
+    a verdict at 1,024 ranks stays one screen."""
     listed = sorted(ranks)
     if len(listed) == 1:
         return f"rank {listed[0]}"
-    return "ranks " + ", ".join(map(str, listed))
+    if len(listed) <= LISTED_RANKS:
+        return "ranks " + ", ".join(map(str, listed))
+    runs: list[tuple[int, int]] = []
+    for rank in listed:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], rank)
+        else:
+            runs.append((rank, rank))
+    shown = [str(a) if a == b else f"{a}–{b}" for a, b in runs[:4]]
+    more = ", …" if len(runs) > 4 else ""
+    return f"{len(listed):,} ranks ({', '.join(shown)}{more})"
+
+
+def _place(record: Mapping[str, Any]) -> str:
+    """``at step 811 in load_batch (data.py:40)`` (or ``inside all_reduce #812 at ...``)."""
+    inside = collective_of(record)
+    text = f"at step {record.get('step')}"
+    return text + (f" inside {inside} at {_where(record)}" if inside else f" in {_where(record)}")
 
 
 def diagnose(
@@ -298,14 +325,22 @@ def diagnose(
     """Merge the ranks' records into a verdict (see the module doc).
 
     The collective most ranks are inside is the one "the others wait in"; the ranks not inside
-    it are behind, each named with its step and where its training thread is. With nobody in
-    a collective, the ranks at the lowest step are behind.
+    it are behind, grouped by where they are (their step and the innermost frame). With nobody
+    in a collective, the ranks at the lowest step are behind. A rank whose record is much older
+    than the newest is named as silent ("no sign of life for 40 s"). Ranks are written as
+    ranges when there are many, so the verdict of 1,024 ranks fits on one screen.
     """
     if world_size is None:
         world_size = max((int(r.get("world_size", 1)) for r in records.values()), default=0)
     missing = [rank for rank in range(world_size) if rank not in records]
+    newest = max((_time(r) for r in records.values()), default=0.0)
+    silent = {
+        rank: newest - _time(r) for rank, r in records.items() if newest - _time(r) > SILENT_AFTER_S
+    }
     waiting: dict[str, list[int]] = {}
     for rank in sorted(records):
+        if rank in silent:  # named on its own: where it was is old news
+            continue
         inside = collective_of(records[rank])
         if inside is not None:
             waiting.setdefault(inside, []).append(rank)
@@ -320,12 +355,18 @@ def diagnose(
         behind = [rank for rank in sorted(records) if int(records[rank].get("step", 0)) == lowest]
         if len(behind) == len(records) and len(records) > 1:
             parts.append(f"no rank is inside a collective; all at step {lowest}")
+    places: dict[str, list[int]] = {}
     for rank in behind:
-        record = records[rank]
-        inside = collective_of(record)
-        text = f"rank {rank} is at step {record.get('step')}"
-        text += f" inside {inside} at {_where(record)}" if inside else f" in {_where(record)}"
-        parts.append(text)
+        if rank not in silent:
+            places.setdefault(_place(records[rank]), []).append(rank)
+    groups = sorted(places.items(), key=lambda item: (-len(item[1]), min(item[1])))
+    for place, ranks in groups[:SHOWN_GROUPS]:
+        parts.append(f"{_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} {place}")
+    hidden = sum(len(ranks) for _, ranks in groups[SHOWN_GROUPS:])
+    if hidden:
+        parts.append(f"{hidden:,} more rank(s) behind elsewhere (trainmon hang --json lists them)")
+    for age, quiet in _by_age(silent):
+        parts.append(f"{_ranks(quiet)}: no sign of life for {age:.0f} s")
     if not waiting and not behind:
         parts.append("no record to judge")
     if missing:
@@ -334,6 +375,19 @@ def diagnose(
             "not shared)"
         )
     return HangVerdict("; ".join(parts), waiting, behind, missing)
+
+
+def _time(record: Mapping[str, Any]) -> float:
+    value = record.get("time")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _by_age(silent: Mapping[int, float]) -> list[tuple[float, list[int]]]:
+    """Silent ranks grouped by their silence rounded to 10 s, the longest first."""
+    groups: dict[float, list[int]] = {}
+    for rank, age in silent.items():
+        groups.setdefault(round(age, -1), []).append(rank)
+    return sorted(((age, sorted(ranks)) for age, ranks in groups.items()), reverse=True)
 
 
 def describe_rank(record: Mapping[str, Any], now: float | None = None) -> list[str]:

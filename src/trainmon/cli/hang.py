@@ -14,12 +14,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from trainmon.alerts.hang import HANG_FILE_GLOB, describe_rank, diagnose, scan_records
+from trainmon.alerts.hang import (
+    HANG_FILE_GLOB,
+    HangVerdict,
+    describe_rank,
+    diagnose,
+    scan_records,
+)
 from trainmon.report.hang_currency import Currency, judge, when
 from trainmon.report.model import RunError
 
@@ -86,10 +93,24 @@ def hang(args: argparse.Namespace) -> int:
         print(f"left out: rank {rank}'s record ({why})")
     if scan.damaged:
         print(scan.damaged_line())
-    for rank in sorted(records):
+    shown = sorted(records) if args.all else _worth_showing(records, verdict)
+    for rank in shown:
         print()
         print("\n".join(describe_rank(records[rank], now)))
+    if len(shown) < len(records):
+        print(
+            f"\n({len(records) - len(shown):,} more ranks wait where the verdict says: "
+            "--all shows every rank, --json gives every record)"
+        )
     return 0
+
+
+def _worth_showing(records: Mapping[int, Any], verdict: HangVerdict) -> list[int]:
+    """The ranks behind, and the first rank of each group waiting in a collective: at 1,024
+    ranks the output stays a screen or two; the rest are counted."""
+    shown = set(verdict.behind)
+    shown.update(ranks[0] for ranks in verdict.waiting.values() if ranks)
+    return sorted(rank for rank in shown if rank in records)
 
 
 def add_parser(commands: Any) -> None:
@@ -103,6 +124,9 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="print the verdict, whether it is current (current, stale_reason) and the records "
         "as JSON",
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="a block for every rank (default: those behind)"
     )
     parser.add_argument(
         "--world-size",
