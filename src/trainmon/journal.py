@@ -136,7 +136,8 @@ def journal_lines(
         yield offset, rest
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
+def json_object(line: bytes) -> dict[str, Any] | None:
+    """The JSON object on ``line``; None for anything else (a damaged or cut line)."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -176,19 +177,19 @@ class Timeline:
         started = False  # the first attempt replaces nothing
         for number, line in enumerate(lines):
             if opened is not None and _SCALARS_MARK in line:
-                record = _record(line)
+                record = json_object(line)
                 if record is not None and record.get("kind") == "scalars":
                     step = record.get("step")
                     if type(step) is int:
                         marks.append((opened, step))
                         opened = None
             if _META_MARK in line:
-                record = _record(line)
+                record = json_object(line)
                 if record is not None and record.get("kind") == "meta":
                     opened = number if started else None
                     started = True
             elif _RESUME_MARK in line:
-                record = _record(line)
+                record = json_object(line)
                 if record is not None and record.get("kind") == RESUME_KIND:
                     step = record.get("step")
                     if type(step) is int:

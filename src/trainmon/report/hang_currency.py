@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from trainmon.core.alert import ALERTS_FILE
-from trainmon.journal import JOURNAL_FILE
+from trainmon.journal import JOURNAL_FILE, json_object
 
 _META_MARK = b'"meta"'
 _END_MARK = b'"end"'
@@ -36,14 +34,6 @@ class _Attempt:
     last_step_time: float | None = None
 
 
-def _json_object(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -55,7 +45,7 @@ def _close_attempt(attempt: _Attempt | None, scalars: list[bytes]) -> None:
     if attempt is None:
         return
     for line in reversed(scalars):
-        record = _json_object(line)
+        record = json_object(line)
         if record is None:
             continue  # cut short by a kill: the one before it
         step, when = record.get("step"), _number(record.get("time"))
@@ -77,7 +67,7 @@ def _scan_journal(path: Path) -> list[_Attempt]:
                 continue
             if _META_MARK not in line and _END_MARK not in line:
                 continue
-            record = _json_object(line)
+            record = json_object(line)
             kind = record.get("kind") if record is not None else None
             if record is None or kind not in ("meta", "end"):
                 continue
@@ -105,7 +95,7 @@ def _scan_stall_resolutions(path: Path) -> list[dict[str, Any]]:
         for line in f:
             if b'"resolved"' not in line or b'"stall"' not in line:
                 continue
-            alert = _json_object(line)
+            alert = json_object(line)
             if (
                 alert is not None
                 and alert.get("kind") == "stall"
