@@ -1,6 +1,8 @@
 """The report in a real browser (headless Chromium): it draws every chart, logs no error, the
 screenshot is not blank, the smoothing slider draws TensorBoard's EMA and lives in the address,
-and a one-point or constant series gets sensible axes. Skipped when Chromium is not installed."""
+a one-point or constant series gets sensible axes, a restarted run's step charts mark where
+each attempt began, and the x axis (steps or samples) is read from the address. Skipped when
+Chromium is not installed."""
 
 from __future__ import annotations
 
@@ -420,3 +422,134 @@ def test_one_point_constant_and_non_finite_series_get_sensible_axes(tmp_path: Pa
     assert attribute(dom, "body", "data-errors") == "0"
     count = len(figures(dom))
     assert attribute(dom, "body", "data-selftest") == f"zoomed {count} reset {count} of {count}"
+
+
+#: Samples seen per step in :func:`restarted_run` (its ``train/samples`` counter).
+BATCH = 8
+
+
+def restarted_run(base: Path) -> Path:
+    """A trainmon journal of two attempts: steps 1-30, then a second Monitor resumed from
+    the first's state at step 20 logging 21-40 (loss, step time, a samples counter)."""
+    import trainmon
+
+    config = {
+        "console": {"enabled": False},
+        "jsonl": {"enabled": True, "output_path": str(base / "runs"), "job_name": "job"},
+    }
+
+    def log(monitor: Any, step: int, offset: float) -> None:
+        values = {
+            "train/loss": offset + 1.0 / step,
+            "perf/step_time_ms": 10.0 + step % 3,
+            "train/samples": float(BATCH * step),
+        }
+        monitor.step = step
+        monitor.log(values)
+
+    state = None
+    with trainmon.Monitor(config) as monitor:
+        for step in range(1, 31):
+            log(monitor, step, 0.0)
+            if step == 20:
+                state = monitor.state_dict()
+    with trainmon.Monitor(config) as monitor:
+        assert state is not None
+        monitor.load_state_dict(state)
+        for step in range(21, 41):
+            log(monitor, step, 0.5)
+    return base / "runs" / "job"
+
+
+@pytest.fixture(scope="module")
+def restarted_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of :func:`restarted_run` next to a run without restarts or samples."""
+    from test_report_summary import build_run
+
+    base = tmp_path_factory.mktemp("restarts")
+    build_run(base, "plain", 40, seed=4)
+    runs = [load_run(restarted_run(base)), load_run(base / "plain")]
+    return write_report(runs, base / "restarts.html")
+
+
+def test_the_payload_holds_each_runs_restarts_and_samples_counter(restarted_page: Path) -> None:
+    """The restarted run's payload entry names attempt 2 resumed from step 20 at step 21 and
+    its samples counter; the plain run has neither."""
+    match = re.search(
+        r'<script type="application/json" id="trainmon-data">(.*?)</script>',
+        restarted_page.read_text(encoding="utf-8"),
+        re.S,
+    )
+    assert match is not None
+    restarted, plain = json.loads(match.group(1))["runs"]
+    assert restarted["restarts"] == [{"x": 21, "attempt": 2, "label": "resumed from step 20"}]
+    assert restarted["samples"]["x"] == list(range(1, 41))
+    assert restarted["samples"]["y"] == [BATCH * s for s in range(1, 41)]
+    assert plain["restarts"] == [] and plain["samples"] is None
+
+
+@needs_chromium
+def test_every_step_chart_of_a_restarted_run_draws_its_restart_mark(
+    restarted_page: Path, tmp_path: Path
+) -> None:
+    """Every step-axis chart (lines and the stacked breakdown) holding the restarted run
+    exposes data-restarts="21" and has drawn one restart line; the plain run's own charts
+    have none."""
+    specs = chart_specs(restarted_page)
+    dom = dump_dom(restarted_page, tmp_path)
+    assert attribute(dom, "body", "data-errors") == "0"
+    assert attribute(dom, "body", "data-ready") == "1"
+    step_charts = [f for f in figures(dom) if specs[f["id"]]["xUnit"] == "step"]
+    with_restart = [f for f in step_charts if 0 in specs[f["id"]]["runs"]]
+    assert {specs[f["id"]]["kind"] for f in with_restart} == {"lines", "stacked"}
+    for figure in with_restart:
+        assert figure["data-restarts"] == "21", figure
+        assert figure["data-restarts-drawn"] == "1", figure
+        assert figure["data-x-unit"] == "step"
+    alone = [f for f in step_charts if specs[f["id"]]["runs"] == [1]]
+    assert alone
+    for figure in alone:
+        assert figure["data-restarts"] == "" and figure["data-restarts-drawn"] == "0", figure
+
+
+@needs_chromium
+def test_the_x_axis_in_the_address_redraws_the_step_charts_over_samples(
+    restarted_page: Path, tmp_path: Path
+) -> None:
+    """#smoothing=0.6&x=samples draws the restarted run's line charts over samples seen
+    (x range about 8-320, the restart mark at 168 still drawn, the control showing samples);
+    charts with a run lacking a samples counter, and the breakdown, stay on steps; x=wall
+    (no per-point times in the payload) falls back to steps."""
+    specs = chart_specs(restarted_page)
+    ranges: dict[str, dict[str, dict[str, float]]] = {}
+    for fragment in ("#smoothing=0.6", "#smoothing=0.6&x=samples", "#x=wall"):
+        dom = dump_dom(restarted_page, tmp_path, fragment)
+        assert attribute(dom, "body", "data-errors") == "0"
+        assert attribute(dom, "body", "data-ready") == "1"
+        drawn = {f["id"]: f for f in figures(dom) if specs[f["id"]]["xUnit"] == "step"}
+        ranges[fragment] = {
+            i: {"min": float(f["data-x-min"]), "max": float(f["data-x-max"])}
+            for i, f in drawn.items()
+        }
+        samples = fragment.endswith("x=samples")
+        shown = "samples" if samples else "step"
+        assert re.search(rf'<option value="{shown}" selected="">', dom), fragment
+        for chart_id, figure in drawn.items():
+            spec = specs[chart_id]
+            moved = samples and spec["kind"] == "lines" and spec["runs"] == [0]
+            assert figure["data-x-unit"] == ("samples" if moved else "step"), (fragment, figure)
+            if spec["runs"] == [0]:
+                assert figure["data-restarts-drawn"] == "1", (fragment, figure)
+            if spec["kind"] == "lines" and "smoothing" in fragment:
+                assert float(figure["data-smoothing"]) == 0.6
+    moved_ids = [i for i, spec in specs.items() if spec["kind"] == "lines" and spec["runs"] == [0]]
+    assert moved_ids
+    for chart_id in moved_ids:
+        steps = ranges["#smoothing=0.6"][chart_id]
+        samples = ranges["#smoothing=0.6&x=samples"][chart_id]
+        assert steps["min"] <= 1 and 40 <= steps["max"] < 100, steps
+        assert samples["min"] <= BATCH and BATCH * 40 <= samples["max"] < 2 * BATCH * 40, samples
+    for chart_id, steps in ranges["#smoothing=0.6"].items():
+        assert ranges["#x=wall"][chart_id] == steps
+        if chart_id not in moved_ids:
+            assert ranges["#smoothing=0.6&x=samples"][chart_id] == steps

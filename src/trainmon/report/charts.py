@@ -9,13 +9,20 @@ a section, metrics that share a unit share a chart (all ``*_ms``, all ``*_mb``, 
   with the bucket maximum of the step time when down-sampled;
 * ``band``: per metric reduced across ranks, the min–max band over ranks with the mean line;
 * several runs: each metric's runs on one chart (colour = run, dash = metric).
+
+Per run, besides the charts: :func:`restart_marks` (where each later attempt of a restarted
+trainmon journal began, drawn on every step-axis chart of the run) and :func:`samples_axis`
+(its samples-seen counter per step, the report's "samples" x axis for step charts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
+from trainmon.report.attempts import read_attempts
 from trainmon.report.downsample import (
     bucket_means,
     finite_or_none,
@@ -33,6 +40,7 @@ from trainmon.report.model import (
     family,
     role,
 )
+from trainmon.report.restarts import _starts
 from trainmon.report.summary import OTHER
 
 PALETTE = (
@@ -407,3 +415,44 @@ def alert_marks(runs: Sequence[Run]) -> list[dict[str, Any]]:
                 }
             )
     return marks
+
+
+def restart_marks(run: Run) -> list[dict[str, Any]]:
+    """Where each attempt after the first began (its resume step, else its first logged
+    step), with a label, for a trainmon journal of two attempts or more; [] otherwise (a
+    byte search for a second ``meta`` line decides before the journal is read again)."""
+    path = Path(run.path)
+    if run.source != "trainmon journal" or not path.is_file() or _starts(path) < 2:
+        return []
+    attempts = read_attempts(path)
+    marks = []
+    for attempt in attempts[1:]:
+        first = attempt.first_step
+        if first == float("inf"):
+            continue  # it never logged a step: nothing to mark on a step axis
+        how = (
+            "restarted from scratch"
+            if attempt.resume_step is None
+            else f"resumed from step {attempt.resume_step - 1}"
+        )
+        marks.append({"x": int(first), "attempt": attempt.index, "label": how})
+    return marks
+
+
+#: Last name components of a cumulative samples-seen counter logged per step.
+SAMPLES_COUNTERS = ("samples", "samples_seen", "global_samples", "consumed_samples")
+
+
+def samples_axis(run: Run, buckets: int) -> dict[str, Any] | None:
+    """The run's samples-seen counter as ``{"x": steps, "y": samples}`` (down-sampled; the
+    page interpolates between points), for drawing its step charts over samples; None when
+    it logs no such counter on the step axis, or one that ever decreases."""
+    for name, series in run.series.items():
+        last = role(name).rsplit("/", 1)[-1].lower()
+        if series.x_unit != "step" or last not in SAMPLES_COUNTERS or len(series) < 1:
+            continue
+        x, y = minmax_buckets(series, buckets)
+        pairs = [(s, v) for s, v in zip(x, y, strict=True) if v is not None]
+        if pairs and all(a[1] <= b[1] for a, b in pairwise(pairs)):
+            return {"x": [s for s, _ in pairs], "y": [v for _, v in pairs], "metric": name}
+    return None

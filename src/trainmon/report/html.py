@@ -21,7 +21,13 @@ from typing import Any
 
 import orjson
 
-from trainmon.report.charts import PALETTE, alert_marks, plan_charts
+from trainmon.report.charts import (
+    PALETTE,
+    alert_marks,
+    plan_charts,
+    restart_marks,
+    samples_axis,
+)
 from trainmon.report.downsample import DEFAULT_BUCKETS
 from trainmon.report.extras import histograms_section, hparams_section, texts_section
 from trainmon.report.model import FAMILIES, Run, RunError
@@ -69,7 +75,15 @@ def render_report(
     names = ", ".join(run.name for run in runs) + (f" and {len(rest)} more" if rest else "")
     title = title or f"trainmon report — {names}"
     payload = {
-        "runs": [{"name": r.name, "color": PALETTE[i % len(PALETTE)]} for i, r in enumerate(runs)],
+        "runs": [
+            {
+                "name": r.name,
+                "color": PALETTE[i % len(PALETTE)],
+                "restarts": restart_marks(r),
+                "samples": samples_axis(r, buckets),
+            }
+            for i, r in enumerate(runs)
+        ],
         "charts": charts,
         "alerts": marks,
     }

@@ -13,13 +13,28 @@
  * (#smoothing=0.9, kept next to an anchor: #train&smoothing=0.9; ?smoothing=0.9 is read too),
  * rewritten with history.replaceState as the slider moves, so a shared link shows the same view.
  *
+ * Restarts: on every step-axis chart of a run read from a trainmon journal with two attempts
+ * or more, a purple dash-dot vertical line where each later attempt began (its resume step,
+ * else its first logged step; payload.runs[i].restarts), named on hover ("attempt 2: resumed
+ * from step 20", "attempt 2: restarted from scratch").
+ *
+ * x axis: a select (nav bar, shown when some run logs a samples-seen counter per step,
+ * payload.runs[i].samples) draws the step-axis line charts over samples instead of steps (the
+ * counter interpolated between its points; a chart with a run that has no counter stays on
+ * steps), alert and restart marks moved with them. Kept in the fragment as #x=samples, next to
+ * the smoothing (#smoothing=0.6&x=samples). Wall time is not offered: the payload's series
+ * keep no per-point times (report/model.py's Series holds steps and values only).
+ *
  * Axes: a chart with a single x (one point) gets an x range around it, a y range with no
  * spread (one point, a constant) a range padded around its value, not uPlot's 0..2v.
  *
  * When done, <body> gets data-ready="1", data-charts=<n drawn>; every figure gets data-ink=<the
  * number of painted pixels>, data-x-min/-max and data-y-min/-max (its scales as drawn), a lines
  * figure data-smoothing, data-smoothed-first/-last (its first series' first and last finite
- * smoothed value as drawn), data-smoothed-sum and data-raw-sum (over all its series); errors
+ * smoothed value as drawn), data-smoothed-sum and data-raw-sum (over all its series); a
+ * figure on the step axis data-x-unit (the x it is drawn on), data-restarts (the steps its
+ * runs' later attempts began at, comma-separated; "" for none) and data-restarts-drawn (how
+ * many restart lines its last draw painted inside the plot); errors
  * are counted in body[data-errors] by the handler at the top.
  */
 (function () {
@@ -27,6 +42,7 @@
   var body = document.body;
   var payload = JSON.parse(document.getElementById("trainmon-data").textContent);
   var alerts = payload.alerts || [];
+  var runInfo = payload.runs || [];
   var plots = [];
   var syncing = false;
   var ready = false;
@@ -106,10 +122,12 @@
     return text === null ? null : parseSmoothing(text);
   }
 
-  // Rewrites the fragment's smoothing (none at 0), keeping what else it holds (an anchor).
-  function writeSmoothingToUrl(text) {
-    var pairs = hashPairs().filter(function (p) { return p[0] !== "smoothing"; });
-    if (parseSmoothing(text) > 0) pairs.push(["smoothing", text]);
+  // Rewrites the fragment's smoothing (none at 0) and x axis (none for steps), keeping what
+  // else it holds (an anchor).
+  function writeStateToUrl() {
+    var pairs = hashPairs().filter(function (p) { return p[0] !== "smoothing" && p[0] !== "x"; });
+    if (slider && parseSmoothing(slider.value) > 0) pairs.push(["smoothing", slider.value]);
+    if (xMode !== "step") pairs.push(["x", xMode]);
     var hash = pairs.map(function (p) {
       return encodeURIComponent(p[0]) + (p[1] ? "=" + encodeURIComponent(p[1]) : "");
     }).join("&");
@@ -148,7 +166,7 @@
     else body.insertBefore(label, body.firstChild);
     slider.addEventListener("input", function () {
       setSmoothing(slider.value);
-      writeSmoothingToUrl(slider.value);
+      writeStateToUrl();
     });
   }
 
@@ -197,6 +215,144 @@
     figure.setAttribute("data-smoothed-last", String(last));
     figure.setAttribute("data-smoothed-sum", String(sum));
     figure.setAttribute("data-raw-sum", String(rawSum));
+  }
+
+  // -- x axis: steps or samples ----------------------------------------------------------
+
+  var X_MODES = { step: "step", samples: "samples" };
+  var xMode = "step";
+  var xSelect = null;
+
+  function hasSamples(run) {
+    var info = runInfo[run];
+    return !!(info && info.samples && info.samples.x && info.samples.x.length);
+  }
+
+  function samplesOffered() {
+    return runInfo.some(function (r, i) { return hasSamples(i); });
+  }
+
+  function parseXMode(text) {
+    if (text === "samples" && samplesOffered()) return "samples";
+    return "step";  // "wall" included: the payload has no per-point times
+  }
+
+  // The x a chart is drawn on: samples for a step-axis line chart whose runs all count samples.
+  function unitOf(spec) {
+    if (xMode !== "samples" || spec.kind !== "lines" || spec.xUnit !== "step") return spec.xUnit;
+    var all = spec.series.every(function (s) { return hasSamples(s.run); });
+    return all ? "samples" : spec.xUnit;
+  }
+
+  // Whether the chart's steps are drawn as samples (a chart already on samples is not).
+  function mapped(spec) {
+    return spec.xUnit === "step" && unitOf(spec) === "samples";
+  }
+
+  // Samples seen at ``step`` (linear between the counter's points); null outside them.
+  function samplesAt(run, step) {
+    var map = runInfo[run].samples;
+    var xs = map.x;
+    var ys = map.y;
+    var n = xs.length;
+    if (step < xs[0] || step > xs[n - 1]) return null;
+    var lo = 0;
+    var hi = n - 1;
+    while (hi - lo > 1) {
+      var mid = (lo + hi) >> 1;
+      if (xs[mid] <= step) lo = mid;
+      else hi = mid;
+    }
+    if (xs[lo] === step || lo === hi) return ys[lo];
+    if (xs[hi] === step) return ys[hi];
+    return ys[lo] + (ys[hi] - ys[lo]) * (step - xs[lo]) / (xs[hi] - xs[lo]);
+  }
+
+  // A step-axis position on the chart's x (null: not on it).
+  function toX(spec, run, step) {
+    return mapped(spec) ? samplesAt(run, step) : step;
+  }
+
+  // A series' points on the chart's x: steps mapped to samples (points outside the counter
+  // left out; of points on one x, the last kept), else as they are.
+  function seriesXY(spec, s) {
+    if (!mapped(spec)) return [s.x, s.y];
+    var xs = [];
+    var ys = [];
+    for (var i = 0; i < s.x.length; i++) {
+      var x = samplesAt(s.run, s.x[i]);
+      if (x === null) continue;
+      if (xs.length && x <= xs[xs.length - 1]) {
+        if (x < xs[xs.length - 1]) continue;
+        ys[ys.length - 1] = s.y[i];
+        continue;
+      }
+      xs.push(x);
+      ys.push(s.y[i]);
+    }
+    return [xs, ys];
+  }
+
+  function xControl() {
+    if (!samplesOffered()) return;
+    var label = document.createElement("label");
+    label.className = "x-axis";
+    label.title = "The x of the step charts: steps, or samples seen (a run's samples counter). " +
+      "Kept in the page's address.";
+    label.appendChild(document.createTextNode("x "));
+    xSelect = document.createElement("select");
+    xSelect.id = "x-axis";
+    Object.keys(X_MODES).forEach(function (key) {
+      var option = document.createElement("option");
+      option.value = key;
+      option.textContent = X_MODES[key];
+      xSelect.appendChild(option);
+    });
+    label.appendChild(xSelect);
+    var nav = document.querySelector("nav");
+    if (nav) nav.appendChild(label);
+    else body.insertBefore(label, body.firstChild);
+    xSelect.addEventListener("change", function () {
+      setXMode(xSelect.value);
+      writeStateToUrl();
+    });
+  }
+
+  // Shows x mode ``text`` on the control and, once the charts exist, redraws the step charts
+  // whose x changes (their zoom reset: steps and samples do not share a range).
+  function setXMode(text) {
+    var mode = parseXMode(text);
+    if (xSelect) {
+      xSelect.value = mode;
+      Array.prototype.forEach.call(xSelect.options, function (o) {
+        if (o.value === mode) o.setAttribute("selected", "");
+        else o.removeAttribute("selected");
+      });
+    }
+    if (mode === xMode) return;
+    var before = plots.map(function (p) { return unitOf(p.spec); });
+    xMode = mode;
+    syncing = true;  // the rebuilt charts' first scales are their own, not a user's zoom
+    try {
+      plots.forEach(function (p, i) {
+        if (unitOf(p.spec) === before[i]) return;
+        p.u.destroy();
+        p.view = null;
+        p.u = build(p.spec, p.figure.querySelector(".plot"), p.logY);
+        p.xUnit = unitOf(p.spec);
+        p.range = dataRange(p.u);
+        exposeUnit(p.figure, p.spec);
+      });
+    } finally {
+      syncing = false;
+    }
+    setTimeout(function () {
+      plots.forEach(function (p) { p.range = [p.u.scales.x.min, p.u.scales.x.max]; });
+    }, 0);
+  }
+
+  function exposeUnit(figure, spec) {
+    figure.setAttribute("data-x-unit", unitOf(spec));
   }
 
   // -- axes -------------------------------------------------------------------------------
@@ -255,11 +411,30 @@
     return alerts.filter(function (a) { return spec.runs.indexOf(a.run) >= 0; });
   }
 
-  function marksPlugin(spec, hoverBox) {
+  // Where the later attempts of the chart's runs began (step-axis charts only).
+  function restartsOf(spec) {
+    if (spec.xUnit !== "step") return [];
+    var out = [];
+    spec.runs.forEach(function (run) {
+      var info = runInfo[run];
+      ((info && info.restarts) || []).forEach(function (m) {
+        var who = runInfo.length > 1 ? info.name + ": " : "";
+        out.push({ run: run, x: m.x, text: who + "attempt " + m.attempt + ": " + m.label });
+      });
+    });
+    return out;
+  }
+
+  function marksPlugin(spec, hoverBox, figure) {
     var own = alertsOf(spec);
+    var restarts = restartsOf(spec);
+    if (figure && spec.xUnit === "step") {
+      var steps = restarts.map(function (m) { return m.x; }).sort(function (a, b) { return a - b; });
+      figure.setAttribute("data-restarts", steps.filter(function (x, i) { return steps.indexOf(x) === i; }).join(","));
+    }
     var bad = [];
     (spec.series || []).forEach(function (s) {
-      s.nonfinite.forEach(function (x) { bad.push(x); });
+      s.nonfinite.forEach(function (x) { bad.push({ run: s.run, x: x }); });
     });
     return {
       hooks: {
@@ -269,8 +444,27 @@
           var dpr = window.devicePixelRatio || 1;
           ctx.save();
           ctx.lineWidth = Math.max(1, dpr);
+          var drawn = 0;
+          ctx.strokeStyle = "rgba(106,61,154,0.9)";
+          ctx.lineWidth = Math.max(1.5, 1.5 * dpr);
+          ctx.setLineDash([8 * dpr, 3 * dpr, 2 * dpr, 3 * dpr]);
+          restarts.forEach(function (m) {
+            var at = toX(spec, m.run, m.x);
+            if (at === null) return;
+            var x = u.valToPos(at, "x", true);
+            if (!isFinite(x) || x < box.left || x > box.left + box.width) return;
+            ctx.beginPath();
+            ctx.moveTo(x, box.top);
+            ctx.lineTo(x, box.top + box.height);
+            ctx.stroke();
+            drawn++;
+          });
+          if (figure && spec.xUnit === "step") figure.setAttribute("data-restarts-drawn", String(drawn));
+          ctx.lineWidth = Math.max(1, dpr);
           own.forEach(function (a) {
-            var x = u.valToPos(a.x, "x", true);
+            var at = toX(spec, a.run, a.x);
+            if (at === null) return;
+            var x = u.valToPos(at, "x", true);
             if (x < box.left || x > box.left + box.width) return;
             ctx.strokeStyle = a.state === "resolved" ? "rgba(44,160,44,0.85)" : "rgba(214,39,40,0.9)";
             ctx.setLineDash([4 * dpr, 3 * dpr]);
@@ -281,8 +475,10 @@
           });
           ctx.setLineDash([]);
           ctx.fillStyle = "rgba(214,39,40,0.95)";
-          bad.forEach(function (step) {
-            var x = u.valToPos(step, "x", true);
+          bad.forEach(function (b) {
+            var at = toX(spec, b.run, b.x);
+            if (at === null) return;
+            var x = u.valToPos(at, "x", true);
             if (x < box.left || x > box.left + box.width) return;
             var y = box.top + box.height;
             ctx.beginPath();
@@ -298,9 +494,16 @@
           if (!hoverBox) return;
           var left = u.cursor.left;
           var text = "";
+          function near(run, step) {
+            var at = toX(spec, run, step);
+            return at !== null && Math.abs(u.valToPos(at, "x") - left) <= 4;
+          }
           if (left !== null && left !== undefined && left >= 0) {
+            restarts.forEach(function (m) {
+              if (near(m.run, m.x)) text += (text ? " · " : "") + "step " + m.x + " " + m.text;
+            });
             own.forEach(function (a) {
-              if (Math.abs(u.valToPos(a.x, "x") - left) <= 4) {
+              if (near(a.run, a.x)) {
                 text += (text ? " · " : "") + "step " + a.x + " " + a.state + " " + a.rule + ": " + a.message;
               }
             });
@@ -328,25 +531,30 @@
   }
 
   function baseOptions(spec, el, series, logY, xs) {
+    var unit = unitOf(spec);
+    var figure = el.closest("figure");
     return {
       width: Math.max(320, el.clientWidth || 640),
       height: HEIGHT,
-      series: [{ label: spec.xUnit, value: function (u, v) { return v === null ? "–" : fmt(v); } }].concat(series),
+      series: [{ label: unit, value: function (u, v) { return v === null ? "–" : fmt(v); } }].concat(series),
       scales: { x: xScale(xs), y: logY ? { distr: 3, range: yRangeLog } : { range: yRange } },
       axes: [
-        { label: spec.xUnit, values: axisValues },
+        { label: unit, values: axisValues },
         { label: spec.yLabel, size: 64, values: axisValues },
       ],
-      cursor: { sync: { key: "x:" + spec.xUnit, setSeries: false }, drag: { x: true, y: false } },
+      cursor: { sync: { key: "x:" + unit, setSeries: false }, drag: { x: true, y: false } },
       legend: { live: true },
       hooks: { setScale: [onScale], draw: [exposeScales] },
-      plugins: [marksPlugin(spec, el.parentNode.querySelector(".alert-hover"))],
+      plugins: [marksPlugin(spec, el.parentNode.querySelector(".alert-hover"), figure)],
     };
   }
 
   // Per series two columns: the raw values, then their smoothing (series 1+2i and 2+2i).
   function linesData(spec, logY) {
-    var tables = spec.series.map(function (s) { return [s.x, s.y, smooth(s.y, smoothing)]; });
+    var tables = spec.series.map(function (s) {
+      var xy = seriesXY(spec, s);
+      return [xy[0], xy[1], smooth(xy[1], smoothing)];
+    });
     var data = tables.length === 1 ? tables[0] : uPlot.join(tables);
     if (logY) {  // a log axis cannot show 0 or negatives: leave them out
       data = data.map(function (col, i) {
@@ -482,13 +690,18 @@
   smoothingControl();
   var initialSmoothing = urlSmoothing();
   setSmoothing(initialSmoothing === null ? "0" : String(initialSmoothing));
+  xControl();
+  var initialX = hashGet("x");
+  if (initialX === null) initialX = new URLSearchParams(location.search).get("x");
+  setXMode(initialX === null ? "step" : initialX);
 
   payload.charts.forEach(function (spec) {
     var figure = document.getElementById(spec.id);
     if (!figure) return;
     var el = figure.querySelector(".plot");
     try {
-      var entry = { spec: spec, xUnit: spec.xUnit, u: build(spec, el, false), figure: figure, logY: false };
+      var entry = { spec: spec, xUnit: unitOf(spec), u: build(spec, el, false), figure: figure, logY: false };
+      if (spec.xUnit === "step") exposeUnit(figure, spec);
       entry.range = dataRange(entry.u);  // replaced by uPlot's committed range once drawn
       plots.push(entry);
       figure.setAttribute("data-rendered", "1");
@@ -527,12 +740,14 @@
     });
   }
 
-  // A link followed inside the page (#train) drops the fragment's smoothing: put it back next
-  // to the anchor; a fragment that names a smoothing (back, an edited address) sets it.
+  // A link followed inside the page (#train) drops the fragment's smoothing and x: put them
+  // back next to the anchor; a fragment that names them (back, an edited address) sets them.
   window.addEventListener("hashchange", function () {
     var text = hashGet("smoothing");
+    var x = hashGet("x");
     if (text !== null) setSmoothing(text);
-    else if (smoothing > 0 && slider) writeSmoothingToUrl(slider.value);
+    if (x !== null) setXMode(x);
+    if (text === null || x === null) writeStateToUrl();
   });
 
   // #train&smoothing=0.9 names no element: scroll to the anchor it holds.
