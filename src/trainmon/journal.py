@@ -111,6 +111,7 @@ RESUME_KIND = "resume"
 _RESUME_MARK = b'"resume"'
 _META_MARK = b'"meta"'
 _SCALARS_MARK = b'"scalars"'
+_META_LINE = b'"kind":"meta"'
 
 _SCAN_CHUNK = 1 << 20
 
@@ -159,6 +160,20 @@ def _mentions(path: str | os.PathLike[str]) -> tuple[int, bool]:
                 break
             tail = data[-keep:]
     return metas, resumed
+
+
+def attempts_in(path: str | os.PathLike[str]) -> int:
+    """How many attempts (``meta`` lines) a journal holds, counted up to 2 by a chunked byte
+    search: enough to tell a restarted run from a single one without reading it."""
+    metas, tail = 0, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(_SCAN_CHUNK):
+            data = tail + chunk
+            metas += data.count(_META_LINE) - tail.count(_META_LINE)
+            if metas >= 2:
+                break
+            tail = data[-(len(_META_LINE) - 1) :]
+    return metas
 
 
 class Timeline:

@@ -22,6 +22,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from trainmon.journal import attempts_in
 from trainmon.report.attempts import read_attempts
 from trainmon.report.downsample import (
     bucket_means,
@@ -40,7 +41,6 @@ from trainmon.report.model import (
     family,
     role,
 )
-from trainmon.report.restarts import _starts
 from trainmon.report.summary import OTHER
 
 PALETTE = (
@@ -422,7 +422,7 @@ def restart_marks(run: Run) -> list[dict[str, Any]]:
     step), with a label, for a trainmon journal of two attempts or more; [] otherwise (a
     byte search for a second ``meta`` line decides before the journal is read again)."""
     path = Path(run.path)
-    if run.source != "trainmon journal" or not path.is_file() or _starts(path) < 2:
+    if run.source != "trainmon journal" or not path.is_file() or attempts_in(path) < 2:
         return []
     attempts = read_attempts(path)
     marks = []

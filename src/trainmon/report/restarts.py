@@ -14,12 +14,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from trainmon.journal import attempts_in
 from trainmon.report.attempts import read_attempts, restarts_of
 from trainmon.report.goodput import BADPUT, measure
 from trainmon.report.timeline import Segment, job_timeline, style, timeline_svg
-
-_META = b'"kind":"meta"'
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class RestartFigures:
 def restart_figures(source: str, path: str | Path) -> RestartFigures | None:
     """The figures of a journal with restarts; None for one attempt or another kind of run."""
     path = Path(path)
-    if source != "trainmon journal" or not path.is_file() or _starts(path) < 2:
+    if source != "trainmon journal" or not path.is_file() or attempts_in(path) < 2:
         return None
     attempts = read_attempts(path)
     if len(attempts) < 2:
@@ -187,16 +185,3 @@ def goodput_section(names: Sequence[str], figures: Sequence[RestartFigures | Non
     if not blocks:
         return ""
     return f'<section id="goodput"><h2>Restarts and goodput</h2>{"".join(blocks)}</section>'
-
-
-def _starts(path: Path) -> int:
-    """How many ``meta`` lines (attempts) the journal holds, by a chunked byte search."""
-    count, tail = 0, b""
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            data = tail + chunk
-            count += data.count(_META)
-            tail = data[-(len(_META) - 1) :]
-            if count >= 2:
-                return count
-    return count
