@@ -396,8 +396,9 @@ def describe_rank(record: Mapping[str, Any], now: float | None = None) -> list[s
     rank = record.get("rank")
     written = float(record.get("time", now))
     stalled = written - float(record.get("stalled_since") or written)
+    via = ", via the job's store" if record.get("via") == "store" else ""
     lines = [
-        f"rank {rank} ({record.get('host')}, pid {record.get('pid')}): last step "
+        f"rank {rank} ({record.get('host')}, pid {record.get('pid')}{via}): last step "
         f"{record.get('step')}, no step for {stalled:.0f} s when recorded "
         f"{now - written:.0f} s ago"
     ]

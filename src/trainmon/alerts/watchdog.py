@@ -27,6 +27,11 @@ entered and whether it left it, its training thread's innermost frames; see
 :mod:`trainmon.alerts.hang`). The rank that delivers the alert waits a few seconds for the other
 ranks' records and puts the merged one-line verdict in the alert's message and in
 ``details["verdict"]``; ``trainmon hang RUN`` prints the same verdict with each rank's detail.
+
+Nodes need not share a folder: under torchrun every rank also puts its record (and, cheaply, its
+last step) in the job's own store (:mod:`trainmon.alerts.hang_store`), and the merging rank
+copies the records of ranks it cannot see on disk into its run folder (``"via": "store"``),
+while merging and then every few seconds of the stall, all on the watchdog thread.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.alerts.hang import HangVerdict, build_record, diagnose, read_records, write_record
+from trainmon.alerts.hang_store import HangStore
 from trainmon.alerts.rules import AlertTracker, Verdict
 from trainmon.config import AlertRuleConfig
 from trainmon.core.activity import COLLECTIVES, CollectiveActivity
@@ -57,6 +63,8 @@ MIN_INTERVALS = 5
 """Step intervals needed before a ``multiple`` limit applies."""
 _KEPT_INTERVALS = 50
 _UNKNOWN_LIMIT_POLL_S = 0.05
+_STORE_SYNC_S = 5.0
+"""While stalled, the merging rank looks in the job's store for missing records this often."""
 
 
 def _seconds(value: float) -> str:
@@ -130,6 +138,7 @@ class StallWatchdog:
         clock: Callable[[], float] = time.monotonic,
         poll_s: float | None = None,
         collectives: CollectiveActivity = COLLECTIVES,
+        store: HangStore | None = None,
     ) -> None:
         self.rules = [
             _StallRule(rule, AlertTracker(rule, job=job, rank=rank, clock=clock)) for rule in rules
@@ -161,6 +170,8 @@ class StallWatchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._store = store if store is not None else HangStore(job, rank)
+        self._store_synced_at = -_STORE_SYNC_S
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -237,7 +248,9 @@ class StallWatchdog:
             self._progress_wall = time.time()
             self._last_step = step
             self._resolve(step, stalled_for)
+            self._store.publish_state(step, stalled=False)
             return
+        self._store.publish_state(step, stalled=self.stack_file is not None)
         if self._progress_at is None:
             return  # not armed before the first step
         waited = now - self._progress_at
@@ -245,6 +258,13 @@ class StallWatchdog:
             limit = self.limit_s(stall.rule)
             if limit is not None and waited >= limit:
                 self._fire(stall, waited, limit)
+        if (
+            self.verdict is not None
+            and self.verdict.missing
+            and self._store.usable
+            and time.monotonic() - self._store_synced_at >= _STORE_SYNC_S
+        ):
+            self._late_records()
 
     def _fire(self, stall: _StallRule, waited: float, limit: float) -> None:
         first = stall.tracker.active is None
@@ -323,21 +343,64 @@ class StallWatchdog:
                 stack_file=self.stack_file,
                 job=self.job,
             )
+        except Exception as exc:
+            _log.warning("could not build the hang record: %s", exc)
+            return
+        try:
             write_record(self.stack_dir, record)
         except Exception as exc:
             _log.warning("could not write the hang record in %s: %s", self.stack_dir, exc)
+        if self._store.publish_record(record):
+            self._store.publish_state(self._last_step, stalled=True)
+
+    def _run_folder(self) -> Path:
+        """The folder the ranks' records are read from: with ``per_rank_output`` the ranks'
+        folders sit under the job folder."""
+        run = self.stack_dir
+        return run.parent if run.name == f"rank-{self.rank}" else run
+
+    def _from_store(self, records: dict[int, dict[str, Any]], newer_than: float) -> None:
+        """Copy the records of ranks missing from ``records`` (or known only via the store)
+        from the job's store into this rank's folder and into ``records``."""
+        self._store_synced_at = time.monotonic()
+        wanted = [
+            r
+            for r in range(self.world_size)
+            if r not in records or records[r].get("via") == "store"
+        ]
+        for rank, record in self._store.fetch(wanted, newer_than=newer_than).items():
+            try:
+                record["path"] = str(write_record(self.stack_dir, record))
+            except Exception as exc:
+                _log.warning("could not write rank %d's record from the store: %s", rank, exc)
+            records[rank] = record
+
+    def _late_records(self) -> None:
+        """During a stall: records that reached the store after the merge, and a new verdict."""
+        newer_than = self._progress_wall - 1.0
+        try:
+            records = read_records(self._run_folder(), newer_than=newer_than)
+            self._from_store(records, newer_than)
+            if records:
+                self.verdict = diagnose(records, self.world_size)
+        except Exception as exc:
+            _log.warning("could not merge the ranks' hang records from the store: %s", exc)
 
     def _merge_verdict(self, limit: float) -> HangVerdict | None:
         """The verdict over every rank's record of this stall: waits (on this thread) up to
         ``limit`` seconds, within 2 .. 10, for the other ranks' watchdogs to write theirs."""
         deadline = time.monotonic() + min(10.0, max(2.0, limit))
         newer_than = self._progress_wall - 1.0
-        run = self.stack_dir  # per_rank_output: the ranks' folders sit under the job folder
-        if run.name == f"rank-{self.rank}":
-            run = run.parent
+        run = self._run_folder()
         try:
             while True:
                 records = read_records(run, newer_than=newer_than)
+                if (
+                    len(records) < self.world_size
+                    and self._store.usable
+                    and time.monotonic() - self._store_synced_at >= 0.5
+                ):
+                    self._from_store(records, newer_than)
                 if len(records) >= self.world_size or time.monotonic() >= deadline:
                     break
                 if self._stop.wait(0.1):

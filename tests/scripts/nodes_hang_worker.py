@@ -1,0 +1,62 @@
+"""torchrun entry for ``tests/alerts/test_hang_nodes.py``: two "nodes" that share no folder.
+
+argv: ``outdir`` (each node's own). Each rank runs a Monitor (JSONL journal and alert file under
+``outdir/job``, a ``stall`` rule of 1 s) with trainmon's comms instrumentation, and one
+``all_reduce`` per step. At step 4 rank 1 sits in :func:`slow_data_loader` while rank 0 waits in
+the step's ``all_reduce``: rank 0 can learn where rank 1 is only through the job's store.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import trainmon
+from trainmon.collect.comms import CommsLogger
+
+HANG_AT_STEP = 4
+
+
+def slow_data_loader() -> None:
+    """Where rank 1 is stuck: a C call (sleep) with no Python frame of its own."""
+    time.sleep(600)  # the verdict must name this function and this line
+
+
+def main() -> None:
+    out = sys.argv[1]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    rank = dist.get_rank()
+    # torchrun puts its workers in sessions of their own: the test ends them by pid
+    (Path(out) / f"pid-rank{rank}.txt").write_text(str(os.getpid()))
+    config = {
+        "steps_per_print": 2,
+        "console": {"enabled": False},
+        "system_metrics": {"enabled": False},
+        "jsonl": {"enabled": True, "output_path": out, "job_name": "job"},
+        "alerts": {
+            "rules": [{"name": "hang", "kind": "stall", "seconds": 1.0}],
+            "sinks": [{"type": "file"}],
+        },
+    }
+    monitor = trainmon.Monitor(config, all_ranks_log=True)
+    comms = CommsLogger(monitor.config.comms_logger, monitor, record_stats=False)
+    comms.install()
+    for step in range(1, 100):
+        if step == HANG_AT_STEP and rank == 1:
+            slow_data_loader()
+        dist.all_reduce(torch.ones(4))
+        comms.take_step_comm_ms()
+        monitor.step = step
+        monitor.log({"train/loss": 1.0 / step})
+        time.sleep(0.05)
+    print("not reached", flush=True)
+
+
+if __name__ == "__main__":
+    main()
