@@ -17,13 +17,13 @@ from tests.conftest import free_port
 from trainmon.alerts.hang_store import HangStore
 from trainmon.cli import main as cli_main
 
-WORKER = Path(__file__).resolve().parents[1] / "scripts" / "nodes_hang_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "scripts" / "hang_worker.py"
 SLEEP_LINE = next(
     i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if "time.sleep(600)" in line
 )
 EXPECTED = (
     "rank 0 waits in all_reduce #4; rank 1 is at step 3 in slow_data_loader "
-    f"(nodes_hang_worker.py:{SLEEP_LINE})"
+    f"(hang_worker.py:{SLEEP_LINE})"
 )
 
 

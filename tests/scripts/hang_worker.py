@@ -1,8 +1,9 @@
-"""torchrun entry for ``tests/alerts/test_hang.py``: two gloo ranks that hang on purpose.
+"""torchrun entry for ``tests/alerts/test_hang.py`` and ``test_hang_nodes.py``: two gloo ranks
+that hang on purpose (one torchrun agent, or two "nodes" that share no folder).
 
-argv: ``outdir``. Each rank runs a Monitor (JSONL journal and alert file under ``outdir/job``,
-a ``stall`` rule of 1 s) with trainmon's comms instrumentation, and one ``all_reduce`` per
-step. At step 4 rank 1 first sits in :func:`slow_data_loader` (a long sleep) while rank 0 goes
+argv: ``outdir`` (each node's own under two agents). Each rank runs a Monitor (JSONL journal
+and alert file under ``outdir/job``, a ``stall`` rule of 1 s) with trainmon's comms
+instrumentation, and one ``all_reduce`` per step. At step 4 rank 1 first sits in :func:`slow_data_loader` (a long sleep) while rank 0 goes
 on into the step's ``all_reduce`` and waits there: the hang the test diagnoses, then kills.
 """
 
