@@ -3,8 +3,9 @@ that hang on purpose (one torchrun agent, or two "nodes" that share no folder).
 
 argv: ``outdir`` (each node's own under two agents). Each rank runs a Monitor (JSONL journal
 and alert file under ``outdir/job``, a ``stall`` rule of 1 s) with trainmon's comms
-instrumentation, and one ``all_reduce`` per step. At step 4 rank 1 first sits in :func:`slow_data_loader` (a long sleep) while rank 0 goes
-on into the step's ``all_reduce`` and waits there: the hang the test diagnoses, then kills.
+instrumentation, and one ``all_reduce`` per step. At step 4 rank 1 first sits in
+:func:`slow_data_loader` (a long sleep) while rank 0 goes on into the step's ``all_reduce`` and
+waits there: the hang the test diagnoses, then kills.
 """
 
 from __future__ import annotations
