@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alert_helpers import log_text, make_alert, no_proxy  # noqa: F401 (an autouse fixture)
 from servers import (
     ALERTMANAGER,
     PUSHGATEWAY,
@@ -34,7 +35,6 @@ from servers import (
 from trainmon import ConfigError
 from trainmon.alerts.delivery import AlertDispatcher
 from trainmon.alerts.sinks import build_dispatcher, build_sinks
-from trainmon.core.alert import Alert
 
 FAST: dict[str, Any] = {"backoff_s": 0.05, "max_backoff_s": 0.1}
 PASSWORD = "pa55-Very-Secret-9f3c"
@@ -42,41 +42,9 @@ DING_SECRET = "SECd1ngtalk-signing-secret-0123456789abcdef"
 FEISHU_SECRET = "feishu-signing-secret-ABCDEFGH"
 
 
-def make_alert(rule: str = "grad-explosion", state: str = "firing", **changes: Any) -> Alert:
-    fields: dict[str, Any] = {
-        "rule": rule,
-        "kind": "threshold",
-        "state": state,
-        "message": f"train/grad_norm = 1e+06 > 1000 at step 120 ({rule})",
-        "metric": "train/grad_norm",
-        "value": 1e6,
-        "step": 120,
-        "time": time.time(),
-        "severity": "critical",
-        "job": "llm-run",
-        "rank": 0,
-        "labels": {"team": "ml"},
-        "details": {"threshold": 1000.0},
-    }
-    fields.update(changes)
-    return Alert(**fields)
-
-
 def dispatcher(sinks: list[dict[str, Any]], tmp_path: Path | None = None) -> AlertDispatcher:
     """A dispatcher over ``sinks`` with short back-off, so retry tests stay quick."""
     return AlertDispatcher(build_sinks(sinks, run_dir=tmp_path, job="llm-run", rank=0), **FAST)
-
-
-def log_text(records: list[logging.LogRecord]) -> str:
-    return "\n".join(logging.Formatter().format(r) for r in records)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Requests to 127.0.0.1 must not go through a proxy configured on the machine."""
-    for name in ("http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
 
 
 @pytest.fixture

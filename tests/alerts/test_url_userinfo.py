@@ -6,34 +6,18 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from alert_helpers import log_text, make_alert, no_proxy  # noqa: F401 (an autouse fixture)
 from servers import Request, WebhookServer, free_port
 
 from trainmon.alerts.delivery import AlertDispatcher, DeliveryError
 from trainmon.alerts.sinks import build_sinks
-from trainmon.core.alert import Alert
 
 FAST: dict[str, Any] = {"backoff_s": 0.05, "max_backoff_s": 0.1}
 BASIC = "Basic " + base64.b64encode(b"alice:s3cret").decode()
-
-
-def make_alert() -> Alert:
-    return Alert(
-        rule="loss-high",
-        kind="threshold",
-        state="firing",
-        message="train/loss = 12 > 10 at step 3",
-        metric="train/loss",
-        value=12.0,
-        step=3,
-        time=time.time(),
-        severity="warning",
-        job="llm-run",
-    )
 
 
 def with_userinfo(base: str, userinfo: str = "alice:s3cret") -> str:
@@ -47,18 +31,6 @@ def deliver(sink: dict[str, Any]) -> AlertDispatcher:
         d.submit(make_alert())
         assert d.flush(10)
     return d
-
-
-def log_text(records: list[logging.LogRecord]) -> str:
-    return "\n".join(logging.Formatter().format(r) for r in records)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Requests to 127.0.0.1 must not go through a proxy configured on the machine."""
-    for name in ("http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
 
 
 @pytest.fixture
