@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Mapping
 
 from trainmon.core.aggregate import WindowStats
-from trainmon.core.events import Extra, Number, Span
+from trainmon.core.events import SPAN_KINDS, Extra, Number, Span
 from trainmon.core.observer import Observer
 
 GOODPUT_METRIC = "trainmon/goodput"
@@ -35,7 +35,6 @@ PARTS = (
     "between_steps",
     "other",
 )
-_SPAN_PART = {"checkpoint_save": "checkpoint_save", "checkpoint_load": "checkpoint_load"}
 _STEP_MS = "perf/step_time_ms"
 _DATA_MS = "perf/data_ms"
 _BETWEEN_MS = "perf/between_steps_ms"
@@ -56,7 +55,7 @@ class LiveGoodput(Observer):
     def on_extra(self, record: Extra) -> None:
         """Checkpoint and evaluation spans: their time is theirs wherever it falls."""
         if isinstance(record, Span) and record.end_time > record.start_time:
-            part = _SPAN_PART.get(record.kind, "eval" if record.kind == "eval" else "other")
+            part = record.kind if record.kind in SPAN_KINDS else "other"  # parts named alike
             self._spans.append((part, record.start_time, record.end_time))
 
     def enrich(self, window: WindowStats) -> Mapping[str, Number] | None:
