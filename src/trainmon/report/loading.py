@@ -125,113 +125,187 @@ def load_journal(path: Path, name: str | None = None) -> Run:
         open(path, "rb").close()
     except OSError as exc:
         raise RunError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    cut_short = False
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    columns = Columns()
-    windows = WindowRecords(path)
-    metas: list[dict[str, Any]] = []
-    extras: list[dict[str, Any]] = []
-    step_count = 0
-    seen_max = -(1 << 63)
-    steps: set[int] | None = None  # only needed once steps stop rising
-    first: dict[str, Any] | None = None
-    latest: dict[str, Any] | None = None
-    bad: list[int] = []
-    pending: int | None = None  # an unreadable line: cut short if a meta or the end follows
-    number = 0
-    cutoffs = Timeline.from_file(path)
-    clock = ClockMend()
-    orphans = 0
-    for number, (offset, line) in enumerate(journal_lines(path), start=1):
-        if not line or line.isspace():
-            continue
-        if pending is not None:
-            if b'"meta"' in line:
-                cut_short = True  # a killed run's last line, then a restart
-            else:
-                bad.append(pending)
-            pending = None
+    reader = JournalReader(path, name)
+    reader.feed(journal_lines(path))
+    return reader.run()
+
+
+class JournalReader:
+    """:func:`load_journal`'s pass over a journal, resumable: :meth:`feed` lines as they come
+    (``trainmon report --serve`` feeds the lines appended since its last read), :meth:`run`
+    gives the :class:`Run` read so far at any point, and feeding goes on after it.
+
+    The surviving timeline (:class:`~trainmon.journal.Timeline`) is the file's when the reader
+    is made: lines fed later must belong to its last attempt (a new ``meta`` or ``resume`` line
+    changes which records survive, so a reader of a growing file reads it again from its start).
+    Values are kept as :class:`~trainmon.report.columns.Columns` do, never per-point objects.
+    """
+
+    def __init__(self, path: Path, name: str | None = None) -> None:
+        self.path = path
+        self.name = name
+        self.columns = Columns()
+        self.windows = WindowRecords(path)
+        self.metas: list[dict[str, Any]] = []
+        self.extras: list[dict[str, Any]] = []
+        self.step_count = 0
+        self.seen_max = -(1 << 63)
+        self.steps: set[int] | None = None  # only needed once steps stop rising
+        self.first: dict[str, Any] | None = None
+        self.latest: dict[str, Any] | None = None
+        self.bad: list[int] = []
+        self.pending: int | None = None  # an unreadable line: cut short if a meta follows
+        self.cut_short = False
+        self.lines = 0
+        self.cutoffs = Timeline.from_file(path)
+        self.clock = ClockMend()
+        self.orphans = 0
+
+    def feed(self, lines: Iterable[tuple[int, bytes]]) -> None:
+        """Read ``(byte offset, line)`` pairs, the lines that follow those already fed."""
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        columns = self.columns
+        windows = self.windows
+        metas = self.metas
+        extras = self.extras
+        step_count = self.step_count
+        seen_max = self.seen_max
+        steps = self.steps
+        first = self.first
+        latest = self.latest
+        bad = self.bad
+        pending = self.pending
+        cutoffs = self.cutoffs
+        clock = self.clock
+        orphans = self.orphans
+        number = self.lines
         try:
-            record = loads(line)
-            kind = record["kind"]
-            if kind in _CLOCKED:
-                clock.mend(record)
-            if cutoffs and orphaned(record, cutoffs.at(number - 1)):
-                orphans += 1
-                continue
-        except (decode_error, TypeError, KeyError, IndexError):
-            pending = number
-            continue
-        if kind == "scalars":
-            try:
-                step = record["step"]
-                values = record["values"]
-            except (KeyError, TypeError):
-                bad.append(number)
-                continue
-            if step.__class__ is not int or values.__class__ is not dict:
-                bad.append(number)
-                continue
-            columns.add(list(values), step, tuple(values.values()))
-            if steps is None:
-                if step > seen_max:
-                    seen_max = step
-                    step_count += 1
-                elif step != seen_max:
-                    steps = set(columns.steps)
-                    for found in columns.raw.values():
-                        steps.update(found[0])
-            if steps is not None:
-                steps.add(step)
-            if first is None:
-                first = record
-            latest = record
-        elif kind == "window":
-            windows.offsets.append(offset)
-        elif kind == "meta":
-            metas.append(record)
-        elif kind in _EXTRA_KINDS:
-            extras.append(record)
-    if pending is not None:
-        cut_short = True
-    columns.flush()
-    meta = metas[-1] if metas else {}
-    job = meta.get("job")
-    run = Run(
-        name=name or (job if isinstance(job, str) and job else path.parent.name or path.stem),
-        path=path,
-        source="trainmon journal",
-        windows=windows,
-        meta=meta,
-        start_time=_time_of(first),
-        end_time=_time_of(latest),
-        step_count=len(steps) if steps is not None else step_count,
-    )
-    if cut_short:
-        run.notes.append(
-            "a line is cut short (the run was killed, or is still writing); "
-            "read every complete line"
+            for number, (offset, line) in enumerate(lines, start=self.lines + 1):
+                if not line or line.isspace():
+                    continue
+                if pending is not None:
+                    if b'"meta"' in line:
+                        self.cut_short = True  # a killed run's last line, then a restart
+                    else:
+                        bad.append(pending)
+                    pending = None
+                try:
+                    record = loads(line)
+                    kind = record["kind"]
+                    if kind in _CLOCKED:
+                        clock.mend(record)
+                    if cutoffs and orphaned(record, cutoffs.at(number - 1)):
+                        orphans += 1
+                        continue
+                except (decode_error, TypeError, KeyError, IndexError):
+                    pending = number
+                    continue
+                if kind == "scalars":
+                    try:
+                        step = record["step"]
+                        values = record["values"]
+                    except (KeyError, TypeError):
+                        bad.append(number)
+                        continue
+                    if step.__class__ is not int or values.__class__ is not dict:
+                        bad.append(number)
+                        continue
+                    columns.add(list(values), step, tuple(values.values()))
+                    if steps is None:
+                        if step > seen_max:
+                            seen_max = step
+                            step_count += 1
+                        elif step != seen_max:
+                            steps = set(columns.steps)
+                            for found in columns.raw.values():
+                                steps.update(found[0])
+                    if steps is not None:
+                        steps.add(step)
+                    if first is None:
+                        first = record
+                    latest = record
+                elif kind == "window":
+                    windows.offsets.append(offset)
+                elif kind == "meta":
+                    metas.append(record)
+                elif kind in _EXTRA_KINDS:
+                    extras.append(record)
+        finally:
+            self.lines = number
+            self.step_count = step_count
+            self.seen_max = seen_max
+            self.steps = steps
+            self.first = first
+            self.latest = latest
+            self.pending = pending
+            self.orphans = orphans
+
+    def run(self, unfinished: bytes = b"") -> Run:
+        """The run read so far. ``unfinished``: a last line still being written (no newline
+        yet), judged as :func:`load_journal` judges a file's last line; it is not kept."""
+        pending, bad, cut_short = self.pending, self.bad, self.cut_short
+        if unfinished.strip() and _unreadable(unfinished):
+            if pending is not None:
+                if b'"meta"' in unfinished:
+                    cut_short = True
+                else:
+                    bad = [*bad, pending]
+            pending = self.lines + 1
+        if pending is not None:
+            cut_short = True
+        path = self.path
+        columns = self.columns
+        columns.flush()
+        meta = self.metas[-1] if self.metas else {}
+        job = meta.get("job")
+        name = self.name
+        run = Run(
+            name=name or (job if isinstance(job, str) and job else path.parent.name or path.stem),
+            path=path,
+            source="trainmon journal",
+            windows=self.windows,
+            meta=meta,
+            start_time=_time_of(self.first),
+            end_time=_time_of(self.latest),
+            step_count=len(self.steps) if self.steps is not None else self.step_count,
         )
-    if bad:
-        run.notes.append(
-            f"skipped {len(bad)} unreadable line(s) (first: line {bad[0]} of {path.name})"
-        )
-    if clock.jumps:
-        run.notes.append(clock.describe())
-    if orphans:
-        run.notes.append(
-            f"left out {orphans} record(s) of an earlier attempt: a later attempt started "
-            "again at or before their step (resumed or restarted), and its values are shown"
-        )
-    if len(metas) > 1:
-        run.notes.append(f"the journal holds {len(metas)} attempts (restarts into its folder)")
-    if columns.dropped:
-        run.notes.append(f"skipped {columns.dropped} value(s) that are not numbers")
-    run.series = _finish(dict(columns.raw), run.notes)
-    run.alerts = load_alerts(path.parent, run.notes)
-    _add_extras(run, extras)
-    return run
+        if cut_short:
+            run.notes.append(
+                "a line is cut short (the run was killed, or is still writing); "
+                "read every complete line"
+            )
+        if bad:
+            run.notes.append(
+                f"skipped {len(bad)} unreadable line(s) (first: line {bad[0]} of {path.name})"
+            )
+        if self.clock.jumps:
+            run.notes.append(self.clock.describe())
+        if self.orphans:
+            run.notes.append(
+                f"left out {self.orphans} record(s) of an earlier attempt: a later attempt "
+                "started again at or before their step (resumed or restarted), and its values "
+                "are shown"
+            )
+        if len(self.metas) > 1:
+            run.notes.append(
+                f"the journal holds {len(self.metas)} attempts (restarts into its folder)"
+            )
+        if columns.dropped:
+            run.notes.append(f"skipped {columns.dropped} value(s) that are not numbers")
+        run.series = _finish(dict(columns.raw), run.notes)
+        run.alerts = load_alerts(path.parent, run.notes)
+        _add_extras(run, self.extras)
+        return run
+
+
+def _unreadable(line: bytes) -> bool:
+    """Whether :class:`JournalReader` would set ``line`` aside as unreadable."""
+    try:
+        orjson.loads(line)["kind"]
+    except (orjson.JSONDecodeError, TypeError, KeyError, IndexError):
+        return True
+    return False
 
 
 _EXTRA_KINDS = frozenset({"hparams", "histogram", "text"})
