@@ -1,6 +1,8 @@
 """Statistics across ranks: each rank's window row, gathered on the logging rank.
 
-Which process this is (rank, world size, logging rank) lives in :mod:`trainmon.core.place`.
+The same one gather per window carries each rank's host-wide system figures, from which the
+logging rank writes statistics across nodes (:mod:`trainmon.core.nodes`). Which process this
+is (rank, world size, logging rank) lives in :mod:`trainmon.core.place`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from typing import Any
 
 from trainmon.core.aggregate import STEP_TIME_METRIC, WindowStats
 from trainmon.core.events import Number
+from trainmon.core.nodes import (
+    HOST_METRICS,
+    IDENTITY_COLUMNS,
+    Node,
+    identity_row,
+    nodes_of,
+    summarise_nodes,
+)
 from trainmon.logging import get_logger
 
 _log = get_logger("distributed")
@@ -103,27 +113,44 @@ def busy_ms(stats: Mapping[str, Any]) -> float:
     return float(step.mean) - (float(comm.mean) if comm is not None else 0.0)
 
 
+#: Where a row keeps its elapsed time: after ``last_step``, ``busy_ms`` and REDUCED_METRICS.
+ELAPSED_COLUMN = 2 + len(REDUCED_METRICS)
+#: The system metrics reduced across nodes: the row's ``sys/*`` columns, with HOST_METRICS.
+NODE_COLUMNS: tuple[tuple[str, int], ...] = (
+    *((name, 2 + i) for i, (name, _) in enumerate(REDUCED_METRICS) if name.startswith("sys/")),
+    *((name, ELAPSED_COLUMN + 1 + i) for i, (name, _) in enumerate(HOST_METRICS)),
+)
+
+
 def pack_window(window: WindowStats) -> list[float]:
-    """One rank's row: [last_step, busy_ms, each REDUCED_METRICS statistic or NaN, elapsed_ms]."""
+    """One rank's row: [last_step, busy_ms, each REDUCED_METRICS statistic or NaN, elapsed_ms,
+    each HOST_METRICS statistic or NaN]."""
     metrics = window.metrics
     row = [float(window.last_step), busy_ms(metrics)]
     for name, stat in REDUCED_METRICS:
         found = metrics.get(name)
         row.append(math.nan if found is None else float(getattr(found, stat)))
     row.append(elapsed_ms(metrics))
+    for name, stat in HOST_METRICS:
+        found = metrics.get(name)
+        row.append(math.nan if found is None else float(getattr(found, stat)))
     return row
 
 
-def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
+def summarise_ranks(
+    rows: Sequence[Sequence[float]], node_of: Sequence[int] | None = None
+) -> dict[str, Number]:
     """Cross-rank metrics from every rank's row (row index = rank).
 
     ``<name>/min``, ``<name>/mean``, ``<name>/max`` and ``<name>/argmax_rank`` for each metric
     some rank reported; ``perf/job_*`` rates (:func:`job_rate`); ``perf/straggler_ratio``
     (slowest rank's busy time over the median rank's, the lower median for an even count, so
-    with two ranks it is slow over fast) and ``perf/slowest_rank``.
+    with two ranks it is slow over fast) and ``perf/slowest_rank``. With ``node_of`` (each
+    rank's node rank) and two nodes or more, the ``sys/*`` statistics across nodes too
+    (:func:`trainmon.core.nodes.summarise_nodes`).
     """
     out: dict[str, Number] = {}
-    elapsed = [row[-1] for row in rows]
+    elapsed = [row[ELAPSED_COLUMN] for row in rows]
     for column, (name, _) in enumerate(REDUCED_METRICS, start=2):
         present = [
             (row[column], rank) for rank, row in enumerate(rows) if row[column] == row[column]
@@ -146,6 +173,9 @@ def summarise_ranks(rows: Sequence[Sequence[float]]) -> dict[str, Number]:
         out["perf/slowest_rank"] = slowest_rank
         if median > 0:
             out["perf/straggler_ratio"] = slowest_value / median
+    if node_of is not None:
+        columns = {name: [row[column] for row in rows] for name, column in NODE_COLUMNS}
+        out.update(summarise_nodes(columns, node_of))
     return out
 
 
@@ -156,6 +186,10 @@ class CrossRankReducer:
     it runs on the CPU from the background thread and never touches the training stream. A
     rank that does not answer within ``timeout_s`` (crashed, hung, or logging other steps)
     ends cross-rank statistics with one clear error; training is not affected.
+
+    The first gather's row also carries the rank's node rank and host (every rank's first
+    gather is the same window, so the rows agree in length): from then on ``dst`` knows the
+    :attr:`nodes`, and adds the statistics across nodes to each window's.
     """
 
     def __init__(self, timeout_s: float, dst: int = 0) -> None:
@@ -173,6 +207,9 @@ class CrossRankReducer:
         self._warned_steps = False
         self._gathered_step: int | None = None
         self._table: Any = None
+        self.nodes: list[Node] = []
+        """The job's nodes (on ``dst``, after the first gather)."""
+        self._node_of: list[int] | None = None
 
     def close(self) -> None:
         """Destroy the monitoring group (every rank, after the last gather), so no gloo group
@@ -204,10 +241,13 @@ class CrossRankReducer:
         self._gathered_step = window.last_step
         import torch
 
-        mine = torch.tensor(pack_window(window), dtype=torch.float64)
+        first = last is None
+        row = pack_window(window)
+        width = len(row)
+        mine = torch.tensor(row + identity_row() if first else row, dtype=torch.float64)
         rows = None
         if self.rank == self.dst:  # one (world, row) buffer: gather fills its rows, tolist() reads
-            if self._table is None:
+            if self._table is None or self._table.shape[1] != mine.numel():
                 self._table = torch.empty((self.world_size, mine.numel()), dtype=torch.float64)
             rows = list(self._table.unbind(0))
         MONITORING_CALL.active = True
@@ -228,11 +268,24 @@ class CrossRankReducer:
         if rows is None or self._table is None:
             return None
         table = self._table.tolist()
-        steps = {row[0] for row in table}
+        if first:
+            self._learn_nodes([r[width : width + IDENTITY_COLUMNS] for r in table])
+            table = [r[:width] for r in table]
+        steps = {r[0] for r in table}
         if len(steps) > 1 and not self._warned_steps:
             self._warned_steps = True
             _log.warning("ranks closed windows at different steps %s; are they in step?", steps)
-        return summarise_ranks(table)
+        return summarise_ranks(table, self._node_of)
+
+    def _learn_nodes(self, identities: list[list[float]]) -> None:
+        """Each rank's node, from the first gather; named once in the log (several nodes)."""
+        self._node_of, self.nodes = nodes_of(identities)
+        if len(self.nodes) > 1:
+            _log.info(
+                "%d nodes, reduced across in sys/*/nodes/*: %s",
+                len(self.nodes),
+                "; ".join(node.describe() for node in self.nodes),
+            )
 
 
 # ---- the default group's lifetime -----------------------------------------------------------
