@@ -89,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the CRC checks of TensorBoard event files (faster; damage may read as data)",
     )
+    report.add_argument(
+        "--serve",
+        action="store_true",
+        help="serve the page on a local port instead of writing it, and keep it current as "
+        "the runs are written (Ctrl-C stops)",
+    )
+    report.add_argument(
+        "--port", type=int, help="with --serve: the port to listen on (0, the default: a free one)"
+    )
+    report.add_argument(
+        "--host",
+        help="with --serve: the address to listen on (127.0.0.1, the default: this machine only)",
+    )
     report.set_defaults(handler=commands.report)
 
     compare = commands_.add_parser("compare", help="key figures of two runs side by side")

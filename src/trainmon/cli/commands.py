@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 
+from trainmon.errors import TrainmonError
 from trainmon.report.extras import hparam_rows
 from trainmon.report.guard import refuse_output_in_record
 from trainmon.report.html import too_many_runs, write_report
@@ -50,12 +52,20 @@ def demo(args: argparse.Namespace) -> int:
 
 def summary(args: argparse.Namespace) -> int:
     """Print the summary table of one run."""
-    figures = summarize(_load(args.run, fast=args.fast))
+    run = _load(args.run, fast=args.fast)
     if args.json:
-        _print_json(figures.as_dict())
+        sys.stdout.buffer.write(summary_json([run]))
+        sys.stdout.flush()
     else:
-        print(render_summary(figures))
+        print(render_summary(summarize(run)))
     return 0
+
+
+def summary_json(runs: Sequence[Run]) -> bytes:
+    """What ``trainmon summary RUN --json`` prints: a run's figures, a list for several runs
+    (``report --serve`` answers ``/summary.json`` with it)."""
+    figures = [summarize(run).as_dict() for run in runs]
+    return orjson.dumps(figures[0] if len(figures) == 1 else figures, option=_JSON_OPTIONS)
 
 
 def report(args: argparse.Namespace) -> int:
@@ -65,6 +75,10 @@ def report(args: argparse.Namespace) -> int:
     if len(args.name) > len(args.runs):
         raise RunError(f"{len(args.name)} --name given for {len(args.runs)} run(s)")
     names = args.name + [None] * (len(args.runs) - len(args.name))
+    if args.serve:
+        return _serve(args, names)
+    if args.port is not None or args.host is not None:
+        raise TrainmonError("--port and --host go with --serve")
     refuse_output_in_record(args.output, args.runs, "-o/--output")
     runs = [_load(path, name, fast=args.fast) for path, name in zip(args.runs, names, strict=True)]
     _unique_names(runs)
@@ -81,6 +95,32 @@ def report(args: argparse.Namespace) -> int:
     if crowded:
         print(f"trainmon report: warning: {crowded}", file=sys.stderr)
     return 0
+
+
+def _serve(args: argparse.Namespace, names: list[str | None]) -> int:
+    """``report --serve``: the page on a local port, kept current (see report/serve.py)."""
+    from trainmon.report.live import LiveRuns
+    from trainmon.report.serve import serve
+
+    port = 0 if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise TrainmonError(f"--port {port}: expected 0 (a free port) to 65535")
+    runs = LiveRuns(
+        args.runs, names, buckets=args.buckets, verify=not args.fast, label=_unique_names
+    )
+    for run in runs.runs:
+        for note in run.notes:
+            print(f"  note ({run.name}): {note}", file=sys.stderr)
+    crowded = too_many_runs(len(runs.runs))
+    if crowded:
+        print(f"trainmon report: warning: {crowded}", file=sys.stderr)
+    return serve(
+        runs,
+        summary_json=summary_json,
+        host=args.host or "127.0.0.1",
+        port=port,
+        title=args.title,
+    )
 
 
 def compare(args: argparse.Namespace) -> int:

@@ -63,9 +63,14 @@ def _json_for_script(payload: Any) -> str:
 
 
 def render_report(
-    runs: Sequence[Run], buckets: int = DEFAULT_BUCKETS, title: str | None = None
+    runs: Sequence[Run],
+    buckets: int = DEFAULT_BUCKETS,
+    title: str | None = None,
+    *,
+    live: str = "",
 ) -> str:
-    """The report page for ``runs`` (each needs at least one metric)."""
+    """The report page for ``runs`` (each needs at least one metric). ``live``: HTML put after
+    the page's scripts (``trainmon report --serve`` adds the script that keeps it current)."""
     if not runs:
         raise RunError("no run to report on")
     runs, rest = list(runs[:MAX_CHARTED_RUNS]), list(runs[MAX_CHARTED_RUNS:])
@@ -123,6 +128,7 @@ def render_report(
         f'<script type="application/json" id="trainmon-data">{_json_for_script(payload)}</script>',
         f"<script>{_asset('vendor/uPlot.iife.min.js')}</script>",
         f"<script>{_asset('assets/report.js')}</script>",
+        live,
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -226,6 +232,25 @@ def _runs_list(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> str:
             f"{number(s.scalars)} values</span></li>"
         )
     return f'<ul class="runs">{"".join(items)}</ul>'
+
+
+def live_sections(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> dict[str, str]:
+    """The parts of the page that follow the data, as HTML, for a live page to swap in: the
+    list of runs in the header (``runs``), the overview, the alerts and the metric tables."""
+    return {
+        "runs": _runs_list(runs, summaries),
+        "overview": _overview(summaries),
+        "alerts": _alerts(runs),
+        "metrics": _metric_tables(summaries),
+    }
+
+
+def live_script(config: dict[str, Any]) -> str:
+    """``assets/live.js`` with its ``config`` (a JSON block): what a served page runs."""
+    return (
+        f'<script type="application/json" id="trainmon-live">{_json_for_script(config)}</script>'
+        f"<script>{_asset('assets/live.js')}</script>"
+    )
 
 
 def too_many_runs(count: int) -> str | None:

@@ -36,6 +36,9 @@
  * runs' later attempts began at, comma-separated; "" for none) and data-restarts-drawn (how
  * many restart lines its last draw painted inside the plot); errors
  * are counted in body[data-errors] by the handler at the top.
+ *
+ * Served live (trainmon report --serve), assets/live.js changes the charts' specs as the run
+ * is written and draws them again through window.__trainmonReport.redraw, keeping a zoom.
  */
 (function () {
   "use strict";
@@ -790,6 +793,42 @@
     if (hashGet(SELFTEST) !== null) selfTest(function () { body.setAttribute("data-ready", "1"); });
     else body.setAttribute("data-ready", "1");
   }, 0);
+
+  // -- a live page (trainmon report --serve: assets/live.js changes the specs' data) --------
+
+  // Draws the charts of ``entries`` ({plot, rebuild}) again from their specs: a chart showing
+  // its whole range follows the data, a zoomed one keeps its zoom; ``rebuild`` (or a chart that
+  // is not a lines chart, or had a single x) makes the chart anew, as its marks are read from
+  // the spec when it is built. Zoom sync stays off until uPlot has committed the new scales.
+  function redrawCharts(entries) {
+    syncing = true;
+    var views = entries.map(function (e) {
+      var p = e.plot;
+      var sc = p.u.scales.x;
+      var zoomed = p.range && sc.min !== null && sc.min !== undefined &&
+        (sc.min > p.range[0] || sc.max < p.range[1]);
+      var view = zoomed ? { min: sc.min, max: sc.max } : null;
+      if (e.rebuild || p.spec.kind !== "lines" || xScale(p.u.data[0]).auto === false) {
+        p.u.destroy();
+        p.u = build(p.spec, p.figure.querySelector(".plot"), p.logY);
+        if (view) p.u.setScale("x", view);
+      } else {
+        p.u.setData(linesData(p.spec, p.logY), !view);
+        if (view) p.u.redraw();
+      }
+      if (p.spec.kind === "lines") exposeSmoothing(p.figure, p.u, p.spec);
+      if (view) p.range = dataRange(p.u);
+      return view;
+    });
+    setTimeout(function () {
+      entries.forEach(function (e, i) {
+        if (!views[i]) e.plot.range = [e.plot.u.scales.x.min, e.plot.u.scales.x.max];
+      });
+      syncing = false;
+    }, 0);
+  }
+
+  window.__trainmonReport = { payload: payload, plots: plots, redraw: redrawCharts };
 
   // Does what a user does (zoom a chart, hover, reset zoom, toggle log scale), one step per
   // tick as uPlot commits changes asynchronously, so a headless browser test catches errors in
