@@ -128,7 +128,7 @@ def render_report(
         f'<script type="application/json" id="trainmon-data">{_json_for_script(payload)}</script>',
         f"<script>{_asset('vendor/uPlot.iife.min.js')}</script>",
         f"<script>{_asset('assets/report.js')}</script>",
-        live,
+        *([live] if live else []),
         "</body></html>",
     ]
     return "\n".join(parts)
