@@ -14,6 +14,7 @@ import orjson
 import pytest
 from tests.conftest import free_port
 
+from trainmon.alerts.hang import GONE_AFTER_S, diagnose, read_records
 from trainmon.alerts.hang_store import HangStore
 from trainmon.cli import main as cli_main
 
@@ -28,12 +29,13 @@ EXPECTED = (
 
 
 def _agent(node: int, port: int, out: Path) -> subprocess.Popen[bytes]:
-    """One torchrun agent ("node") with its own working folder and output folder."""
+    """One torchrun agent ("node") with its own working folder and output folder; its worker
+    stays alive when its peer dies (``--stay``), as one inside an NCCL collective would."""
     out.mkdir(parents=True)
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
-        "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-        str(WORKER), str(out),
+        "--nproc_per_node", "1", "--rdzv_backend", "static", "--master_addr", "127.0.0.1",
+        "--master_port", str(port), str(WORKER), str(out), "--stay",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     with open(out.parent / f"agent{node}.log", "wb") as log:
@@ -64,7 +66,9 @@ def test_rank_on_another_node_is_named_via_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With no shared folder, rank 0's folder gets rank 1's record from the job's store, so
-    ``trainmon hang`` names where rank 1 is, while hung and after node 1 was killed."""
+    ``trainmon hang`` names where rank 1 is while hung; once node 1 is killed (its worker and
+    its torchrun agent) while rank 0 stays stuck in the collective, rank 1 is named as gone,
+    from its last_seen in the store falling behind rank 0's, also after the job ended."""
     port = free_port()
     out0, out1 = tmp_path / "node0", tmp_path / "node1"
     agents = [_agent(0, port, out0), _agent(1, port, out1)]
@@ -98,8 +102,29 @@ def test_rank_on_another_node_is_named_via_the_store(
         )
 
         _kill(agents[1], out1)  # node 1 is gone; its last record stays readable on node 0
-        after = "\n".join(_hang(run0, capsys))
-        assert EXPECTED in after and "via the job's store" in after
+        killed = time.monotonic()
+        gone = "rank 1 (host " + copied["host"] + "): gone — no sign of life for "
+        while True:  # rank 0, still stuck, refreshes its own last_seen; rank 1's falls behind
+            lines = _hang(run0, capsys)
+            if gone in lines[0] and lines[0].endswith(" s (its node/agent stopped)"):
+                break
+            assert time.monotonic() - killed < 3 * GONE_AFTER_S, lines
+            time.sleep(1.0)
+        assert agents[0].poll() is None  # rank 0 still runs, stuck
+        assert lines[0].startswith("rank 0 waits in all_reduce #4; " + gone), lines[0]
+        assert "is at step 3" not in lines[0]  # not as a rank behind: it is gone
+        assert any("via the job's store" in line for line in lines)  # its block, where it was
+        assert any("slow_data_loader" in line for line in lines)
+        # from the records alone (no look at processes): the store's last_seen says it
+        records = read_records(run0)
+        assert records[1]["last_seen"] < records[0]["last_seen"] - GONE_AFTER_S
+        assert gone in diagnose(records).line
+        capsys.readouterr()
+        assert cli_main(["hang", "--json", str(run0)]) == 0
+        assert orjson.loads(capsys.readouterr().out)["gone"] == [1]
+
+        _kill(agents[0], out0)  # the whole job ended: rank 1 is still named as gone
+        assert gone in _hang(run0, capsys)[0]
     finally:
         for agent, out in zip(agents, (out0, out1), strict=True):
             _kill(agent, out)

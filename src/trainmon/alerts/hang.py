@@ -19,6 +19,14 @@ still *current*: it checks each record against the journal beside it (``metrics.
 line, or one of the same rank with another pid), when its stall was resolved (a ``resolved``
 stall alert after it, or journal steps past its step after it), or when its attempt ended (an
 ``end`` line). :func:`scan_records` also names the record files it could not read.
+
+A rank that is *gone* (its node or its torchrun agent was killed) is named as such, not as
+waiting or behind: a record copied from the job's store carries ``last_seen``, the time of the
+rank's latest state there, which its watchdog refreshes every few seconds while stalled; the
+merging rank refreshes the copies (and its own record's ``last_seen``) while the stall lasts.
+A rank whose ``last_seen`` fell :data:`GONE_AFTER_S` behind the freshest other rank's is gone,
+and so is one whose process is known to have ended (:func:`dead_processes`: same host, its pid
+no longer runs while another rank's still does).
 """
 
 from __future__ import annotations
@@ -36,10 +44,14 @@ from typing import Any
 
 import orjson
 
+from trainmon.alerts.hang_life import dead_processes, last_seen, record_time
+from trainmon.alerts.hang_store import HEARTBEAT_S
+
 __all__ = [
     "HANG_FILE_GLOB",
     "HangVerdict",
     "RecordScan",
+    "dead_processes",
     "diagnose",
     "hang_file",
     "read_records",
@@ -248,6 +260,8 @@ class HangVerdict:
     """Ranks not inside the collective most ranks wait in (or at the lowest step)."""
     missing: list[int] = field(default_factory=list)
     """Ranks of the job without a record."""
+    gone: list[int] = field(default_factory=list)
+    """Ranks with no sign of life while the others had one (their node or agent stopped)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``trainmon hang --json``)."""
@@ -256,6 +270,7 @@ class HangVerdict:
             "waiting": self.waiting,
             "behind": self.behind,
             "missing": self.missing,
+            "gone": self.gone,
         }
 
 
@@ -291,6 +306,9 @@ LISTED_RANKS = 8
 SHOWN_GROUPS = 6
 #: A record this much older than the newest one is a rank with no sign of life since.
 SILENT_AFTER_S = 30.0
+#: A rank whose ``last_seen`` is this much older than the freshest other rank's is gone: a
+#: stalled rank's watchdog refreshes its state every :data:`HEARTBEAT_S` (three were missed).
+GONE_AFTER_S = 3 * HEARTBEAT_S
 
 
 def _ranks(ranks: Iterable[int]) -> str:
@@ -320,25 +338,35 @@ def _place(record: Mapping[str, Any]) -> str:
 
 
 def diagnose(
-    records: Mapping[int, Mapping[str, Any]], world_size: int | None = None
+    records: Mapping[int, Mapping[str, Any]],
+    world_size: int | None = None,
+    *,
+    dead: Mapping[int, float] | None = None,
 ) -> HangVerdict:
     """Merge the ranks' records into a verdict (see the module doc).
 
     The collective most ranks are inside is the one "the others wait in"; the ranks not inside
     it are behind, grouped by where they are (their step and the innermost frame). With nobody
-    in a collective, the ranks at the lowest step are behind. A rank whose record is much older
-    than the newest is named as silent ("no sign of life for 40 s"). Ranks are written as
-    ranges when there are many, so the verdict of 1,024 ranks fits on one screen.
+    in a collective, the ranks at the lowest step are behind. A rank that is gone
+    (:func:`gone_ranks`; ``dead``: rank -> seconds since its last sign of life, for ranks whose
+    process is known to have ended) is named as gone ("rank 1 (host b7): gone — no sign of life
+    for 40 s (its node/agent stopped)"); one whose record is much older than the newest as
+    silent ("no sign of life for 40 s"). Ranks are written as ranges when there are many, so
+    the verdict of 1,024 ranks fits on one screen.
     """
     if world_size is None:
         world_size = max((int(r.get("world_size", 1)) for r in records.values()), default=0)
     missing = [rank for rank in range(world_size) if rank not in records]
-    newest = max((_time(r) for r in records.values()), default=0.0)
+    gone = gone_ranks(records, dead)
+    newest = max((record_time(r) for r in records.values()), default=0.0)
     silent = {
-        rank: newest - _time(r) for rank, r in records.items() if newest - _time(r) > SILENT_AFTER_S
+        rank: newest - record_time(r)
+        for rank, r in records.items()
+        if newest - record_time(r) > SILENT_AFTER_S and rank not in gone
     }
+    present = {rank: r for rank, r in records.items() if rank not in gone}
     waiting: dict[str, list[int]] = {}
-    for rank in sorted(records):
+    for rank in sorted(present):
         if rank in silent:  # named on its own: where it was is old news
             continue
         inside = collective_of(records[rank])
@@ -349,11 +377,11 @@ def diagnose(
         main = max(waiting, key=lambda key: (len(waiting[key]), -min(waiting[key])))
         ranks = waiting[main]
         parts.append(f"{_ranks(ranks)} {'waits' if len(ranks) == 1 else 'wait'} in {main}")
-        behind = [rank for rank in sorted(records) if rank not in ranks]
+        behind = [rank for rank in sorted(present) if rank not in ranks]
     else:
-        lowest = min((int(r.get("step", 0)) for r in records.values()), default=0)
-        behind = [rank for rank in sorted(records) if int(records[rank].get("step", 0)) == lowest]
-        if len(behind) == len(records) and len(records) > 1:
+        lowest = min((int(r.get("step", 0)) for r in present.values()), default=0)
+        behind = [rank for rank in sorted(present) if int(present[rank].get("step", 0)) == lowest]
+        if len(behind) == len(present) and len(present) > 1:
             parts.append(f"no rank is inside a collective; all at step {lowest}")
     places: dict[str, list[int]] = {}
     for rank in behind:
@@ -365,21 +393,76 @@ def diagnose(
     hidden = sum(len(ranks) for _, ranks in groups[SHOWN_GROUPS:])
     if hidden:
         parts.append(f"{hidden:,} more rank(s) behind elsewhere (trainmon hang --json lists them)")
+    parts += _gone_parts(records, gone)
     for age, quiet in _by_age(silent):
         parts.append(f"{_ranks(quiet)}: no sign of life for {age:.0f} s")
-    if not waiting and not behind:
+    if not waiting and not behind and not gone:
         parts.append("no record to judge")
     if missing:
         parts.append(
             f"no record from {_ranks(missing)} (still stepping, crashed, or its run folder is "
             "not shared)"
         )
-    return HangVerdict("; ".join(parts), waiting, behind, missing)
+    return HangVerdict("; ".join(parts), waiting, behind, missing, sorted(gone))
 
 
-def _time(record: Mapping[str, Any]) -> float:
-    value = record.get("time")
-    return float(value) if isinstance(value, int | float) else 0.0
+# ---- gone: no sign of life while the others had one ------------------------------------------
+
+
+def _heartbeats(record: Mapping[str, Any]) -> bool:
+    """Whether the rank was to refresh its state every :data:`HEARTBEAT_S`: its latest state
+    says it is stalled, or predates its record (written when its stall fired). A rank that
+    steps again refreshes only when its step changes."""
+    state = record.get("last_state")
+    if not isinstance(state, Mapping) or state.get("stalled", True):
+        return True
+    at = state.get("time")
+    return isinstance(at, int | float) and at <= record_time(record)
+
+
+def gone_ranks(
+    records: Mapping[int, Mapping[str, Any]], dead: Mapping[int, float] | None = None
+) -> dict[int, tuple[float, str]]:
+    """rank -> (seconds without a sign of life, why) for the ranks that are gone: a stalled
+    rank whose ``last_seen`` is :data:`GONE_AFTER_S` older than the freshest other rank's
+    (its watchdog stopped refreshing its state: its node or agent stopped), and the ranks of
+    ``dead`` (its process is known to have ended)."""
+    seen = {rank: at for rank, r in records.items() if (at := last_seen(r)) is not None}
+    top = sorted(((at, rank) for rank, at in seen.items()), reverse=True)[:2]
+    gone: dict[int, tuple[float, str]] = {}
+    for rank, at in seen.items() if len(top) == 2 else ():
+        freshest = top[1][0] if rank == top[0][1] else top[0][0]  # the freshest other rank's
+        if freshest - at > GONE_AFTER_S and _heartbeats(records[rank]):
+            gone[rank] = (freshest - at, "node/agent stopped")
+    for rank, age in (dead or {}).items():
+        if rank in records and rank not in gone:
+            gone[rank] = (age, "process ended")
+    return gone
+
+
+def _gone_parts(
+    records: Mapping[int, Mapping[str, Any]], gone: Mapping[int, tuple[float, str]]
+) -> list[str]:
+    """``rank 1 (host b7): gone — no sign of life for 40 s (its node/agent stopped)``: one
+    part per host and cause, the longest silence first, at most :data:`SHOWN_GROUPS`."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for rank, (_, why) in gone.items():
+        groups.setdefault((str(records[rank].get("host") or "?"), why), []).append(rank)
+    ordered = sorted(
+        groups.items(), key=lambda item: (-max(gone[r][0] for r in item[1]), min(item[1]))
+    )
+    parts = []
+    for (host, why), ranks in ordered[:SHOWN_GROUPS]:
+        age = max(gone[r][0] for r in ranks)
+        whose = "its" if len(ranks) == 1 else "their"
+        parts.append(
+            f"{_ranks(ranks)} (host {host}): gone — no sign of life for {age:.0f} s ({whose} {why})"
+        )
+    rest = [r for _, ranks in ordered[SHOWN_GROUPS:] for r in ranks]
+    if rest:
+        hosts = len({host for (host, _), _ in ordered[SHOWN_GROUPS:]})
+        parts.append(f"{len(rest):,} more rank(s) on {hosts:,} host(s) gone (--json lists them)")
+    return parts
 
 
 def _by_age(silent: Mapping[int, float]) -> list[tuple[float, list[int]]]:
@@ -397,10 +480,12 @@ def describe_rank(record: Mapping[str, Any], now: float | None = None) -> list[s
     written = float(record.get("time", now))
     stalled = written - float(record.get("stalled_since") or written)
     via = ", via the job's store" if record.get("via") == "store" else ""
+    seen = last_seen(record)
     lines = [
         f"rank {rank} ({record.get('host')}, pid {record.get('pid')}{via}): last step "
         f"{record.get('step')}, no step for {stalled:.0f} s when recorded "
         f"{now - written:.0f} s ago"
+        + (f", last sign of life {now - seen:.0f} s ago" if seen is not None else "")
     ]
     collective = record.get("collective")
     if isinstance(collective, Mapping):

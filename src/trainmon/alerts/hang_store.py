@@ -12,7 +12,11 @@ lazily, on the watchdog thread) and sets:
 
 The rank that merges the verdict reads the other ranks' keys (``check`` first, then ``get``:
 nothing blocks on an absent key) and writes each record into its own run folder, marked
-``"via": "store"``. Without torch.distributed initialised or without ``MASTER_ADDR`` /
+``"via": "store"``, with ``last_seen`` (the time of the rank's latest state) and ``last_state``
+(that state); while the stall lasts it refreshes both from :meth:`HangStore.states`, so the
+folder shows a rank whose state stopped refreshing (its node or agent is gone).
+
+Without torch.distributed initialised or without ``MASTER_ADDR`` /
 ``MASTER_PORT`` nothing is opened; a store that cannot be reached is given up for good after
 one try, so a single process, or a job whose store is gone, pays nothing.
 """
@@ -137,13 +141,17 @@ class HangStore:
 
     def publish_state(self, step: int, *, stalled: bool, now: float | None = None) -> bool:
         """Set ``{step, time, host, pid, stalled}`` when it changed (at most every
-        :data:`STATE_EVERY_S`) or, while stalled, every :data:`HEARTBEAT_S`."""
+        :data:`STATE_EVERY_S`, but at once when it stalls) or, while stalled, every
+        :data:`HEARTBEAT_S`."""
         if self._given_up:
             return False
         now = time.monotonic() if now is None else now
         changed = (step, stalled) != self._state
         since = now - self._state_at
-        if not (changed and since >= STATE_EVERY_S) and not (stalled and since >= HEARTBEAT_S):
+        stalls = stalled and (self._state is None or not self._state[1])
+        if not (changed and (since >= STATE_EVERY_S or stalls)) and not (
+            stalled and since >= HEARTBEAT_S
+        ):
             return False
         store = self._client()
         if store is None:
@@ -168,9 +176,10 @@ class HangStore:
     def fetch(
         self, ranks: Iterable[int], *, newer_than: float | None = None
     ) -> dict[int, dict[str, Any]]:
-        """rank -> its hang record from the store (``"via": "store"``, and ``"last_seen"``:
-        the time of its latest state), for the ``ranks`` whose key is set; records written
-        before ``newer_than`` (a wall time) are skipped. Never waits for an absent key."""
+        """rank -> its hang record from the store (``"via": "store"``, ``"last_seen"``: the
+        time of its latest state, and ``"last_state"``: that state), for the ``ranks`` whose
+        key is set; records written before ``newer_than`` (a wall time) are skipped. Never
+        waits for an absent key."""
         wanted = [rank for rank in ranks if rank != self.rank]
         store = self._client() if wanted else None
         if store is None:
@@ -194,6 +203,7 @@ class HangStore:
                 state = _decode(store.get(skey)) if store.check([skey]) else None
                 if state is not None and isinstance(state.get("time"), int | float):
                     record["last_seen"] = state["time"]
+                    record["last_state"] = state
                 found[rank] = record
         except Exception as exc:
             self._fail("read from", exc)

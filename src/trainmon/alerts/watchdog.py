@@ -31,7 +31,10 @@ ranks' records and puts the merged one-line verdict in the alert's message and i
 Nodes need not share a folder: under torchrun every rank also puts its record (and, cheaply, its
 last step) in the job's own store (:mod:`trainmon.alerts.hang_store`), and the merging rank
 copies the records of ranks it cannot see on disk into its run folder (``"via": "store"``),
-while merging and then every few seconds of the stall, all on the watchdog thread.
+while merging and then every few seconds of the stall, all on the watchdog thread. Every few
+seconds of the stall it also refreshes the copies' ``last_seen`` from the ranks' states in the
+store, and its own record's, so a rank whose node or agent stopped shows as gone (its
+``last_seen`` falls behind) in the verdict and in ``trainmon hang``, even after the job ended.
 """
 
 from __future__ import annotations
@@ -259,8 +262,8 @@ class StallWatchdog:
             if limit is not None and waited >= limit:
                 self._fire(stall, waited, limit)
         if (
-            self.verdict is not None
-            and self.verdict.missing
+            self.delivers
+            and self.stack_file is not None
             and self._store.usable
             and time.monotonic() - self._store_synced_at >= _STORE_SYNC_S
         ):
@@ -376,15 +379,48 @@ class StallWatchdog:
             records[rank] = record
 
     def _late_records(self) -> None:
-        """During a stall: records that reached the store after the merge, and a new verdict."""
+        """During a stall: records that reached the store after the merge, the signs of life
+        of the ranks known through it, and a new verdict."""
         newer_than = self._progress_wall - 1.0
         try:
             records = read_records(self._run_folder(), newer_than=newer_than)
-            self._from_store(records, newer_than)
+            if len(records) < self.world_size or (self.verdict and self.verdict.missing):
+                self._from_store(records, newer_than)
+            self._refresh_life(records)
             if records:
                 self.verdict = diagnose(records, self.world_size)
         except Exception as exc:
             _log.warning("could not merge the ranks' hang records from the store: %s", exc)
+
+    def _refresh_life(self, records: dict[int, dict[str, Any]]) -> None:
+        """Rewrite the ``last_seen`` (and ``last_state``) of the records copied from the store
+        with the ranks' latest states there, and this rank's own ``last_seen`` (now), so the
+        run folder tells a rank whose node or agent stopped (its state no longer refreshed)
+        from one that is hung (see :func:`~trainmon.alerts.hang.gone_ranks`)."""
+        self._store_synced_at = time.monotonic()
+        remote = [rank for rank, record in records.items() if record.get("via") == "store"]
+        if not remote:
+            return  # one node (or a shared folder): nothing to tell apart
+        states = self._store.states(remote)
+        if not self._store.usable:
+            return  # the store failed: no fresher sign of this rank than of the others
+        changed = [self.rank] if self.rank in records else []
+        if changed:
+            records[self.rank]["last_seen"] = time.time()
+        for rank in remote:
+            state = states.get(rank)
+            seen = state.get("time") if state is not None else None
+            if isinstance(seen, int | float) and seen != records[rank].get("last_seen"):
+                records[rank]["last_seen"] = seen
+                records[rank]["last_state"] = state
+                changed.append(rank)
+        for rank in changed:
+            record = records[rank]
+            folder = Path(str(record["path"])).parent if record.get("path") else self.stack_dir
+            try:
+                write_record(folder, {k: v for k, v in record.items() if k != "path"})
+            except Exception as exc:
+                _log.warning("could not refresh rank %d's hang record: %s", rank, exc)
 
     def _merge_verdict(self, limit: float) -> HangVerdict | None:
         """The verdict over every rank's record of this stall: waits (on this thread) up to

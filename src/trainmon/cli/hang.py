@@ -5,8 +5,10 @@ Reads the ``hang-rank<r>.json`` files the stall watchdogs wrote (see
 hung and after it was killed. A record outlives its stall, so the records are first checked
 against the run's journal and alert file: when a later attempt started, the stall was
 resolved or the run ended after them, the first line says so, and when, before the verdict
-of that past stall. Exit 0 whenever a record could be read, current or not; 1 when there is
-none (or every one is damaged).
+of that past stall. A rank that is gone (its node or agent stopped: its record's ``last_seen``
+fell behind the others', or its process on this host ended while another rank's runs) is named
+as gone rather than as waiting or behind. Exit 0 whenever a record could be read, current or
+not; 1 when there is none (or every one is damaged).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import orjson
 from trainmon.alerts.hang import (
     HANG_FILE_GLOB,
     HangVerdict,
+    dead_processes,
     describe_rank,
     diagnose,
     scan_records,
@@ -67,7 +70,7 @@ def hang(args: argparse.Namespace) -> int:
     now = time.time()
     currency = judge(run, records, now)
     judged = {r: records[r] for r in records if r not in currency.left_out} or records
-    verdict = diagnose(judged, args.world_size)
+    verdict = diagnose(judged, args.world_size, dead=dead_processes(judged, now))
     headline = _headline(currency, bool(currency.checked), now)
     if args.json:
         out = {
@@ -106,9 +109,9 @@ def hang(args: argparse.Namespace) -> int:
 
 
 def _worth_showing(records: Mapping[int, Any], verdict: HangVerdict) -> list[int]:
-    """The ranks behind, and the first rank of each group waiting in a collective: at 1,024
-    ranks the output stays a screen or two; the rest are counted."""
-    shown = set(verdict.behind)
+    """The ranks behind or gone, and the first rank of each group waiting in a collective: at
+    1,024 ranks the output stays a screen or two; the rest are counted."""
+    shown = set(verdict.behind) | set(verdict.gone)
     shown.update(ranks[0] for ranks in verdict.waiting.values() if ranks)
     return sorted(rank for rank in shown if rank in records)
 

@@ -233,9 +233,18 @@ def _same_process(record: Mapping[str, Any], attempt: _Attempt) -> bool:
     )
 
 
+def _from_store(record: Mapping[str, Any]) -> bool:
+    """A record copied from the job's store: its rank ran on another node, whose progress is
+    its ``last_state`` there, never the attempts of the journal it was copied beside."""
+    return record.get("via") == "store"
+
+
 def _own_attempt(record: Mapping[str, Any], attempts: Sequence[_Attempt]) -> _Attempt | None:
     """The attempt that wrote ``record``: the last one of its rank and pid (and host); else,
-    for a rank that writes no journal of its own, the last one started before it."""
+    for a rank that writes no journal of its own, the last one started before it. None for a
+    record copied from the job's store (its node's journal is not here)."""
+    if _from_store(record):
+        return None
     written = float(record["time"])
     for attempt in reversed(attempts):
         if _same_process(record, attempt) and attempt.start <= written:
@@ -275,6 +284,24 @@ def _later_attempt(record: Mapping[str, Any], latest: _Attempt, now: float) -> _
     return _Look([event], text, [])
 
 
+def _went_on_elsewhere(
+    record: Mapping[str, Any], written: float, now: float
+) -> tuple[str, dict[str, Any]] | None:
+    """A store record's rank stepped on after it: its ``last_state`` (its node's own word,
+    refreshed from the job's store) is at a later step, seen after the record was written."""
+    state = record.get("last_state")
+    if not isinstance(state, Mapping):
+        return None
+    step, at = state.get("step"), _number(state.get("time"))
+    if type(step) is not int or at is None or step <= int(record["step"]) or at < written:
+        return None
+    text = (
+        f"training went on after the stall on rank {record.get('rank')}'s node: its state in "
+        f"the job's store was at step {step} at {when(at, now)}"
+    )
+    return text, {"what": "resumed", "time": at, "step": step}
+
+
 def _look(record: Mapping[str, Any], context: _Context, now: float) -> _Look:
     """What happened after ``record`` (see :func:`judge`)."""
     written = float(record["time"])
@@ -300,6 +327,11 @@ def _look(record: Mapping[str, Any], context: _Context, now: float) -> _Look:
             text += f", when training steps resumed at step {first['step']}"
         parts.append(text)
         events.append({"what": "resolved", "time": at, "step": first.get("step")})
+    elif _from_store(record):
+        went_on = _went_on_elsewhere(record, written, now)
+        if went_on is not None:
+            parts.append(went_on[0])
+            events.append(went_on[1])
     elif (
         own is not None
         and own.last_step is not None
@@ -312,8 +344,9 @@ def _look(record: Mapping[str, Any], context: _Context, now: float) -> _Look:
             f"{when(own.last_step_time, now)}"
         )
         events.append({"what": "resumed", "time": own.last_step_time, "step": own.last_step})
-    if own is not None and own.end is not None:
-        said, ended = _ended(own.end, now, "the run")
+    run = latest if _from_store(record) else own  # the run's end is the job's, on every node
+    if run is not None and run.end is not None:
+        said, ended = _ended(run.end, now, "the run")
         parts.append(said)
         events.append(ended)
     if not parts:
@@ -331,9 +364,12 @@ def judge(
     when a later attempt started after it (a newer ``meta`` line, or the latest attempt of its
     rank has another pid), when its stall was resolved (a ``resolved`` stall alert after it, or
     a ``scalars`` line of its attempt past its step and time), or when its attempt ended (an
-    ``end`` line). With some records current, the stale ones are ``left_out``; with none, the
-    newest record's story is the ``stale_reason``. Without a journal or an alert file to check
-    against, a record counts as current.
+    ``end`` line). A record copied from the job's store (``"via": "store"``, a rank of another
+    node) is not matched with the journal's attempts: it is stale when a later attempt of the
+    job started after it, its stall was resolved, its rank's ``last_state`` in the store is
+    past its step, or the run ended. With some records current, the stale ones are
+    ``left_out``; with none, the newest record's story is the ``stale_reason``. Without a
+    journal or an alert file to check against, a record counts as current.
     """
     now = time.time() if now is None else now
     context = _Context(run)
