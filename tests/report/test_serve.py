@@ -225,6 +225,12 @@ class Server:
             self.process.wait()
 
 
+def live_version(page: str) -> int:
+    """The version a served page shows (its live script's config)."""
+    config = json.loads(page.split('id="trainmon-live">')[1].split("</script>")[0])
+    return int(config["version"])
+
+
 @pytest.fixture
 def monitor(tmp_path: Path) -> Iterator[Any]:
     """A Monitor still writing (20 steps logged), closed at the end."""
@@ -254,7 +260,7 @@ def test_summary_json_and_new_steps_while_a_monitor_writes(tmp_path: Path, monit
         assert server.get("summary.json") == summary_cli(run)
         page = server.get("").decode()
         assert 'id="trainmon-live"' in page and "uPlot" in page
-        version = json.loads(page.split('id="trainmon-live">')[1].split("</script>")[0])["version"]
+        version = live_version(page)
         assert server.data(version) == {"version": version}
         log_steps(monitor, 21, 22)
         update = server.data(version)
@@ -290,7 +296,7 @@ def test_a_resumed_second_monitor_is_read_again(tmp_path: Path) -> None:
     server = Server(run)
     pair = Server(run, tmp_path / "b" / "job")
     try:
-        version = 1
+        version = live_version(server.get("").decode())
         with trainmon.Monitor(config(tmp_path)) as second:
             second.load_state_dict(state)
             log_steps(second, 16, 30, offset=0.5)
@@ -410,3 +416,22 @@ def test_summary_json_is_the_summary_commands_output(tmp_path: Path) -> None:
     document = json.loads(summary_json([load_run(journal)]))
     assert document["run"] == "job" and document["steps"] == 2
     assert isinstance(json.loads(summary_json([load_run(journal)] * 2)), list)
+
+
+def test_a_tensorboard_folder_is_served_as_read_at_the_start(tmp_path: Path) -> None:
+    """A TensorBoard folder beside a journal: read once (it never changes the version), while
+    the journal's new steps still come as appended points."""
+    from test_report_loading import deepspeed_folder
+
+    deepspeed_folder(tmp_path / "ds", steps=20)
+    journal = tmp_path / "metrics.jsonl"
+    journal.write_bytes(meta() + record(1, **{"train/loss": 1.0}))
+    runs = LiveRuns([str(tmp_path / "ds"), str(journal)], [None, None])
+    first = runs.version
+    assert not runs.refresh()
+    with open(journal, "ab") as f:
+        f.write(record(2, **{"train/loss": 0.5}))
+    assert runs.refresh()
+    update = runs.updates(first)
+    assert update["mode"] == "append"
+    assert [(t["run"], t["metric"], t["x"]) for t in update["series"]] == [(1, "train/loss", [2])]

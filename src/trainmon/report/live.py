@@ -16,6 +16,7 @@ since (:meth:`LiveRuns.updates`).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -228,7 +229,9 @@ class LiveRuns:
             label(self.runs)
         for live, run in zip(self.live, self.runs, strict=True):
             live.name = run.name  # the names shown stay as first given
-        self.version = 1
+        # counted from the clock, so a page left open across a restart of the server never
+        # takes the new server's version for the one it shows
+        self.version = int(time.time() * 1000)
         self.history: dict[int, _Marks] = {self.version: self._marks()}
         self._summaries: list[RunSummary] | None = None
         self._sections: dict[str, Any] | None = None
