@@ -175,6 +175,8 @@ class StallWatchdog:
         self._failed = False
         self._store = store if store is not None else HangStore(job, rank)
         self._store_synced_at = -_STORE_SYNC_S
+        self._via_store = False
+        """Whether a record of this stall came from the store (its signs of life to refresh)."""
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -311,6 +313,7 @@ class StallWatchdog:
     def _resolve(self, step: int, stalled_for: float) -> None:
         self.stack_file = None
         self.verdict = None
+        self._via_store = False
         for stall in self.rules:
             if stall.tracker.active is None:
                 continue
@@ -372,6 +375,7 @@ class StallWatchdog:
             if r not in records or records[r].get("via") == "store"
         ]
         for rank, record in self._store.fetch(wanted, newer_than=newer_than).items():
+            self._via_store = True
             try:
                 record["path"] = str(write_record(self.stack_dir, record))
             except Exception as exc:
@@ -381,6 +385,9 @@ class StallWatchdog:
     def _late_records(self) -> None:
         """During a stall: records that reached the store after the merge, the signs of life
         of the ranks known through it, and a new verdict."""
+        if self.verdict is not None and not self.verdict.missing and not self._via_store:
+            self._store_synced_at = time.monotonic()
+            return  # every record on disk, none from another node: nothing to refresh
         newer_than = self._progress_wall - 1.0
         try:
             records = read_records(self._run_folder(), newer_than=newer_than)
