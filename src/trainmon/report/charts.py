@@ -10,27 +10,21 @@ a section, metrics that share a unit share a chart (all ``*_ms``, all ``*_mb``, 
 * ``band``: per metric reduced across ranks, the min–max band over ranks with the mean line;
 * several runs: each metric's runs on one chart (colour = run, dash = metric).
 
-Per run, besides the charts: :func:`restart_marks` (where each later attempt of a restarted
-trainmon journal began, drawn on every step-axis chart of the run) and :func:`samples_axis`
-(its samples-seen counter per step, the report's "samples" x axis for step charts).
+What is drawn over the charts (alerts, restarts, the samples and wall-time axes) is planned
+per run in :mod:`trainmon.report.marks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
-from trainmon.journal import attempts_in
-from trainmon.report.attempts import read_attempts
 from trainmon.report.downsample import (
     bucket_means,
     finite_or_none,
     minmax_buckets,
     nonfinite_steps,
 )
-from trainmon.report.loading import alert_step
 from trainmon.report.model import (
     BREAKDOWN,
     FAMILIES,
@@ -59,6 +53,8 @@ DASHES: tuple[list[int], ...] = ([], [6, 3], [2, 3], [10, 3, 2, 3])
 BREAKDOWN_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#edc948")
 OTHER_COLOR = "#bab0ac"
 MAX_SERIES_PER_CHART = 8
+#: The cross-rank series naming the slowest rank of each window (see trainmon.core.cross_rank).
+SLOWEST_RANK = "perf/slowest_rank"
 
 _UNITS = (
     ("_per_sec", "per second"),
@@ -178,6 +174,7 @@ class _Planner:
                     "yLabel": "ms",
                     "runs": [index],
                     "stack": stack,
+                    "nonfinite": _nonfinite(index, columns),
                     "downsampled": downsampled,
                     "points": sum(len(s) for s in columns),
                 },
@@ -245,6 +242,7 @@ class _Planner:
         for base in bases:
             bands = []
             units = []
+            marks: dict[int, list[dict[str, Any]]] = {}
             for index, run in enumerate(self.runs):
                 low, high = run.series.get(f"{base}/min"), run.series.get(f"{base}/max")
                 if low is None or high is None:
@@ -266,11 +264,16 @@ class _Planner:
                         "min": values[0],
                         "max": values[1],
                         "mean": values[2] if mid is not None else None,
+                        "metrics": [c.name for c in columns],
+                        "slowest": _ranks_at(run.series.get(SLOWEST_RANK), x),
+                        "argmax": _ranks_at(run.series.get(f"{base}/argmax_rank"), x),
                     }
                 )
+                marks[index] = _nonfinite(index, columns)
             if bands:
                 out[family(base)].append(
                     {
+                        "nonfinite": [mark for found in marks.values() for mark in found],
                         "kind": "band",
                         "title": f"{base} across ranks (min–max, mean)",
                         "xUnit": _x_unit(units),
@@ -384,6 +387,31 @@ class _Planner:
         }
 
 
+def _nonfinite(run: int, columns: Sequence[Series]) -> list[dict[str, Any]]:
+    """Where the columns of a stacked or band chart hold NaN/Inf: ``{run, x, metric}``."""
+    out = []
+    for series in columns:
+        steps, _ = nonfinite_steps(series)
+        out += [{"run": run, "x": step, "metric": series.name} for step in steps]
+    return out
+
+
+def _ranks_at(series: Series | None, x: Sequence[int]) -> list[int | None] | None:
+    """Per ``x``, the rank ``series`` names at the last step at or before it (None before its
+    first); None without the series."""
+    if series is None:
+        return None
+    steps, values = series.steps, series.values
+    out: list[int | None] = []
+    j = -1
+    for at in x:
+        while j + 1 < len(steps) and steps[j + 1] <= at:
+            j += 1
+        value = values[j] if j >= 0 else None
+        out.append(int(value) if value is not None and value - value == 0 else None)
+    return out
+
+
 def plan_charts(runs: Sequence[Run], buckets: int) -> list[dict[str, Any]]:
     """Every chart of the report, grouped by family in :data:`FAMILIES` order."""
     planner = _Planner(runs, buckets)
@@ -394,65 +422,3 @@ def plan_charts(runs: Sequence[Run], buckets: int) -> list[dict[str, Any]]:
         for chart in bands[fam]:
             planner.add(fam, chart)
     return [chart for fam in FAMILIES for chart in planner.charts[fam]]
-
-
-def alert_marks(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """Every alert with a step, for vertical marks on the step axis of its run's charts."""
-    marks = []
-    for index, run in enumerate(runs):
-        for alert in run.alerts:
-            step = alert_step(alert)
-            if step is None:
-                continue
-            marks.append(
-                {
-                    "run": index,
-                    "x": step,
-                    "state": str(alert.get("state", "")),
-                    "rule": str(alert.get("rule", "")),
-                    "severity": str(alert.get("severity", "")),
-                    "message": str(alert.get("message", ""))[:300],
-                }
-            )
-    return marks
-
-
-def restart_marks(run: Run) -> list[dict[str, Any]]:
-    """Where each attempt after the first began (its resume step, else its first logged
-    step), with a label, for a trainmon journal of two attempts or more; [] otherwise (a
-    byte search for a second ``meta`` line decides before the journal is read again)."""
-    path = Path(run.path)
-    if run.source != "trainmon journal" or not path.is_file() or attempts_in(path) < 2:
-        return []
-    attempts = read_attempts(path)
-    marks = []
-    for attempt in attempts[1:]:
-        first = attempt.first_step
-        if first == float("inf"):
-            continue  # it never logged a step: nothing to mark on a step axis
-        how = (
-            "restarted from scratch"
-            if attempt.resume_step is None
-            else f"resumed from step {attempt.resume_step - 1}"
-        )
-        marks.append({"x": int(first), "attempt": attempt.index, "label": how})
-    return marks
-
-
-#: Last name components of a cumulative samples-seen counter logged per step.
-SAMPLES_COUNTERS = ("samples", "samples_seen", "global_samples", "consumed_samples")
-
-
-def samples_axis(run: Run, buckets: int) -> dict[str, Any] | None:
-    """The run's samples-seen counter as ``{"x": steps, "y": samples}`` (down-sampled; the
-    page interpolates between points), for drawing its step charts over samples; None when
-    it logs no such counter on the step axis, or one that ever decreases."""
-    for name, series in run.series.items():
-        last = role(name).rsplit("/", 1)[-1].lower()
-        if series.x_unit != "step" or last not in SAMPLES_COUNTERS or len(series) < 1:
-            continue
-        x, y = minmax_buckets(series, buckets)
-        pairs = [(s, v) for s, v in zip(x, y, strict=True) if v is not None]
-        if pairs and all(a[1] <= b[1] for a, b in pairwise(pairs)):
-            return {"x": [s for s, _ in pairs], "y": [v for _, v in pairs], "metric": name}
-    return None

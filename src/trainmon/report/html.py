@@ -21,19 +21,15 @@ from typing import Any
 
 import orjson
 
-from trainmon.report.charts import (
-    PALETTE,
-    alert_marks,
-    plan_charts,
-    restart_marks,
-    samples_axis,
-)
+from trainmon.report.charts import PALETTE, plan_charts
 from trainmon.report.downsample import DEFAULT_BUCKETS
 from trainmon.report.extras import histograms_section, hparams_section, texts_section
+from trainmon.report.marks import alert_marks, run_entries
 from trainmon.report.model import FAMILIES, Run, RunError
+from trainmon.report.overview import overview_section
 from trainmon.report.restarts import goodput_section
-from trainmon.report.summary import RunSummary, key_rows, summarize
-from trainmon.report.text import duration, figure, number, percent
+from trainmon.report.summary import RunSummary, summarize
+from trainmon.report.text import duration, number
 from trainmon.version import __version__
 
 _FAMILY_TITLES = {
@@ -76,19 +72,11 @@ def render_report(
     runs, rest = list(runs[:MAX_CHARTED_RUNS]), list(runs[MAX_CHARTED_RUNS:])
     summaries = [summarize(run) for run in runs]
     charts = plan_charts(runs, buckets)
-    marks = alert_marks(runs)
+    marks = alert_marks(runs, charts)
     names = ", ".join(run.name for run in runs) + (f" and {len(rest)} more" if rest else "")
     title = title or f"trainmon report — {names}"
     payload = {
-        "runs": [
-            {
-                "name": r.name,
-                "color": PALETTE[i % len(PALETTE)],
-                "restarts": restart_marks(r),
-                "samples": samples_axis(r, buckets),
-            }
-            for i, r in enumerate(runs)
-        ],
+        "runs": run_entries(runs, buckets, PALETTE),
         "charts": charts,
         "alerts": marks,
     }
@@ -113,7 +101,7 @@ def render_report(
         "</header>",
         _nav(counts),
         "<main>",
-        _overview(summaries),
+        overview_section(summaries),
         goodput_section([s.run for s in summaries], [s.restarts for s in summaries]),
         _alerts(runs),
         hparams_section(runs),
@@ -239,7 +227,7 @@ def live_sections(runs: Sequence[Run], summaries: Sequence[RunSummary]) -> dict[
     list of runs in the header (``runs``), the overview, the alerts and the metric tables."""
     return {
         "runs": _runs_list(runs, summaries),
-        "overview": _overview(summaries),
+        "overview": overview_section(summaries),
         "alerts": _alerts(runs),
         "metrics": _metric_tables(summaries),
     }
@@ -287,53 +275,6 @@ def _nav(counts: dict[str, int]) -> str:
         + "".join(links)
         + '<a href="#metrics">All metrics</a>'
         + '<button id="reset-zoom" type="button">reset zoom</button></nav>'
-    )
-
-
-def _overview(summaries: Sequence[RunSummary]) -> str:
-    rows = key_rows(summaries)
-    two = len(summaries) == 2
-    head = "".join(f"<th>{_e(s.run)}</th>" for s in summaries) + ("<th>change</th>" if two else "")
-    body = []
-    for row in rows:
-        cells = "".join(f"<td>{_e(figure(v, row.unit))}</td>" for v in row.values)
-        if two:
-            change = row.change
-            css = ""
-            if change and row.better:
-                css = " better" if (change < 0) == (row.better == "lower") else " worse"
-            text = percent(100 * change, signed=True) if change is not None else "-"
-            cells += f'<td class="change{css}">{text}</td>'
-        sub = ' class="sub"' if row.label.startswith(" ") else ""
-        body.append(f"<tr{sub}><td>{_e(row.label.strip())}</td>{cells}</tr>")
-    shares = []
-    for s in summaries:
-        if s.breakdown:
-            text = " · ".join(f"{_e(p.label)} {percent(p.percent)}" for p in s.breakdown)
-            shares.append(
-                f"<li><b>{_e(s.run)}</b>: {text} <span class='muted'>(of {_e(s.breakdown_of)})"
-                "</span></li>"
-            )
-        if s.ranks is not None and s.ranks.slowest_rank is not None:
-            share = s.ranks.slowest_share
-            shares.append(
-                f"<li><b>{_e(s.run)}</b>: slowest rank {s.ranks.slowest_rank}"
-                + (f" in {share:.0%} of windows" if share is not None else "")
-                + (
-                    f", straggler ratio {s.ranks.straggler_ratio_mean:.2f}x"
-                    if s.ranks.straggler_ratio_mean is not None
-                    and math.isfinite(s.ranks.straggler_ratio_mean)
-                    else ""
-                )
-                + "</li>"
-            )
-    notes = [f"<li><b>{_e(s.run)}</b>: {_e(note)}</li>" for s in summaries for note in s.notes]
-    return (
-        '<section id="overview"><h2>Overview</h2>'
-        f"<table><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-        + (f"<ul>{''.join(shares)}</ul>" if shares else "")
-        + (f'<ul class="notes">{"".join(notes)}</ul>' if notes else "")
-        + "</section>"
     )
 
 

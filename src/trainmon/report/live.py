@@ -24,10 +24,11 @@ from typing import IO, Any
 
 from trainmon.core.alert import ALERTS_FILE
 from trainmon.report.agree import settle
-from trainmon.report.charts import PALETTE, alert_marks, plan_charts, restart_marks, samples_axis
+from trainmon.report.charts import PALETTE, SLOWEST_RANK, plan_charts
 from trainmon.report.downsample import DEFAULT_BUCKETS, minmax_buckets, nonfinite_steps
 from trainmon.report.html import MAX_CHARTED_RUNS, live_sections
 from trainmon.report.loading import JournalReader, find_journal, load_run
+from trainmon.report.marks import alert_marks, run_entries
 from trainmon.report.model import (
     BREAKDOWN,
     BREAKDOWN_FALLBACK,
@@ -285,7 +286,8 @@ class LiveRuns:
         series the points logged since, ``series``, and the step-time breakdown and rank-band
         charts planned again, ``charts``) or ``"full"`` (every chart planned again: a page
         whose charts differ reloads), with the page's sections (``sections``: overview,
-        alerts, runs and metric tables as HTML) and per run its restarts and samples counter.
+        alerts, runs and metric tables as HTML) and per run its restarts, samples counter and
+        clock (:func:`~trainmon.report.marks.run_entries`).
         """
         if since == self.version:
             return {"version": self.version}
@@ -295,19 +297,11 @@ class LiveRuns:
             "version": self.version,
             "mode": mode,
             "sections": self.sections(),
-            "runs": [
-                {
-                    "name": r.name,
-                    "color": PALETTE[i % len(PALETTE)],
-                    "restarts": restart_marks(r) if mode == "full" else None,
-                    "samples": samples_axis(r, self.buckets),
-                }
-                for i, r in enumerate(runs)
-            ],
+            "runs": run_entries(runs, self.buckets, PALETTE, restarts=mode == "full"),
         }
         if mode == "full":
             out["charts"] = plan_charts(runs, self.buckets)
-            out["alerts"] = alert_marks(runs)
+            out["alerts"] = alert_marks(runs, out["charts"])
             return out
         tails = self._tails(self.history[since])
         out["series"] = tails
@@ -360,7 +354,12 @@ class LiveRuns:
 
 def _composite(run: Run) -> dict[str, Series]:
     """The series the step-time breakdown and the rank bands are drawn from."""
-    wanted = {STEP_TIME, *(metric for _, metric in BREAKDOWN), *BREAKDOWN_FALLBACK.values()}
+    wanted = {
+        STEP_TIME,
+        SLOWEST_RANK,
+        *(metric for _, metric in BREAKDOWN),
+        *BREAKDOWN_FALLBACK.values(),
+    }
     return {
         name: s
         for name, s in run.series.items()

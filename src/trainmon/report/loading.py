@@ -28,6 +28,7 @@ from trainmon.report.csvfiles import is_metric_csv, read_metric_csv
 from trainmon.report.hparams import read_hparams
 from trainmon.report.model import Run, RunError, Series
 from trainmon.report.tfevents import EventFileReader, EventScalars, is_event_file
+from trainmon.report.wallclock import StepClock
 
 _MAX_EVENT_FILES = 10_000
 
@@ -159,6 +160,8 @@ class JournalReader:
         self.lines = 0
         self.cutoffs = Timeline.from_file(path)
         self.clock = ClockMend()
+        self.times = StepClock()
+        """When each step was first logged (the report's wall-time axis), 16 bytes a step."""
         self.orphans = 0
 
     def feed(self, lines: Iterable[tuple[int, bytes]]) -> None:
@@ -178,6 +181,7 @@ class JournalReader:
         pending = self.pending
         cutoffs = self.cutoffs
         clock = self.clock
+        note_time = self.times.add
         orphans = self.orphans
         number = self.lines
         try:
@@ -212,6 +216,9 @@ class JournalReader:
                         bad.append(number)
                         continue
                     columns.add(list(values), step, tuple(values.values()))
+                    when = record.get("time")
+                    if when.__class__ is float or when.__class__ is int:
+                        note_time(step, when)
                     if steps is None:
                         if step > seen_max:
                             seen_max = step
@@ -269,6 +276,7 @@ class JournalReader:
             start_time=_time_of(self.first),
             end_time=_time_of(self.latest),
             step_count=len(self.steps) if self.steps is not None else self.step_count,
+            clock=self.times.settle() if len(self.times) else None,
         )
         if cut_short:
             run.notes.append(
@@ -424,9 +432,24 @@ def load_event_files(
     )
     run.series = _finish(dict(raw), run.notes)
     run.step_count = distinct_steps(run.series)
+    run.clock = _event_clock([r.clock for r in results.values()], run)
     run.alerts = load_alerts(folder, run.notes)
     run.hparams = read_hparams((c for r in results.values() for c in r.hparams_data), notes)
     return run
+
+
+def _event_clock(clocks: list[StepClock], run: Run) -> StepClock | None:
+    """The event files' step times as one clock, on the x every series of the run shares
+    (None when steps and samples are mixed: one clock cannot time both)."""
+    units = {s.x_unit for s in run.series.values()}
+    if len(units) != 1 or not any(len(c) for c in clocks):
+        return None
+    clock = clocks[0] if len(clocks) == 1 else StepClock()
+    if len(clocks) > 1:
+        for other in clocks:
+            clock.extend(zip(other.steps, other.times, strict=True))
+    clock.unit = units.pop()
+    return clock.settle()
 
 
 # ---- DeepSpeed's csv_monitor layout ---------------------------------------------------------

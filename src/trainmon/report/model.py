@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainmon.errors import TrainmonError
+from trainmon.report.wallclock import StepClock
 
 #: Chart sections of the report, in page order; a name's first path component picks one.
 FAMILIES = ("train", "eval", "perf", "mem", "comm", "other")
@@ -139,6 +140,8 @@ class Run:
     end_time: float | None = None
     step_count: int = 0
     """Distinct steps that logged anything."""
+    clock: StepClock | None = None
+    """When each step was logged (the "wall time" x axis); None where nothing says (CSV)."""
     notes: list[str] = field(default_factory=list)
     """What was skipped or guessed while reading, for the user to see."""
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainmon.report.wallclock import StepClock
+
 _U64 = struct.Struct("<Q").unpack_from
 _F32 = struct.Struct("<f").unpack_from
 _F64 = struct.Struct("<d").unpack_from
@@ -72,6 +74,8 @@ class EventScalars:
     """Non-scalar summaries skipped, per tag (images, histograms, text, ...)."""
     problems: list[str] = field(default_factory=list)
     """Files cut short or corrupt: where reading stopped."""
+    clock: StepClock = field(default_factory=StepClock)
+    """Each step's wall time (that of its first scalar event), for the wall-time axis."""
     hparams_data: list[bytes] = field(default_factory=list)
     """The ``hparams`` plugin's content (a serialised ``HParamsPluginData``) of each of its
     summaries, in file order: the run's hyper-parameters, kept out of :attr:`skipped`."""
@@ -263,6 +267,9 @@ class EventFileReader:
         ignored = self._ignored
         last_start = -1
         start = 12
+        clock = result.clock
+        note_time = clock.add
+        clock_step = clock.steps[-1] if len(clock) else None
         verify = self.verify
         view = memoryview(data)
         try:
@@ -332,6 +339,9 @@ class EventFileReader:
                         if target is not ignored:
                             target[0].append(step)
                             target[1].append(_F32(data, end - 4)[0])
+                            if step != clock_step:
+                                clock_step = step
+                                note_time(step, _F64(data, start + 1)[0])
                             if last_start < 0:
                                 self._note_time(_F64(data, start + 1)[0])
                             last_start = start
@@ -340,6 +350,7 @@ class EventFileReader:
                     self._note_time(_F64(data, last_start + 1)[0])
                     last_start = -1
                 events(data, start, end)
+                clock_step = clock.steps[-1] if len(clock) else None
         except (_Corrupt, IndexError, struct.error, UnicodeDecodeError) as exc:
             result.problems.append(
                 f"{path.name}: corrupt record at byte {start - 12} "
@@ -370,6 +381,7 @@ class EventFileReader:
             if len(kept) != len(steps):
                 values[:] = [values[i] for i in kept]
                 steps[:] = [steps[i] for i in kept]
+        self.result.clock.drop_from(step)
 
     def _note_time(self, wall_time: float) -> None:
         result = self.result
@@ -454,6 +466,7 @@ class EventFileReader:
                 p = value_end
         if added:  # the run's time span is that of its scalars
             self._note_time(wall_time)
+            self.result.clock.add(step, wall_time)
 
     def _target(self, tag: str, plugin: str | None) -> tuple[list[int], list[float]] | None:
         """The lists a tag's scalars go to; None for tags of a non-scalar plugin."""
