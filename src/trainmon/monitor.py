@@ -19,7 +19,13 @@ from trainmon.core.aggregate import WindowAggregator
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import release_default_group_references
 from trainmon.core.entries import Item
-from trainmon.core.event_check import EventChecker, checked_record_step
+from trainmon.core.event_check import (
+    EventChecker,
+    checked_record_step,
+    plain_side_items,
+    put_captured_call,
+    require_side_steps,
+)
 from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
@@ -178,6 +184,7 @@ class Monitor:
                 self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         tensors: list[Any] = []
+        triples = 0
         try:
             for item in items:  # the fast path: tuples of a known name, a number, an int step
                 if type(item) is not tuple:
@@ -186,6 +193,7 @@ class Monitor:
                     name, value = item
                 else:  # anything but a triple with an int64 step raises or breaks
                     name, value, step = item
+                    triples += 1
                     if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
                         break
                 if name not in names:
@@ -200,12 +208,15 @@ class Monitor:
                         break
                     _TENSOR_KINDS.add(kind)
                 tensors.append(value)  # stays in its (immutable) tuple as a placeholder
-            else:
-                if items:  # a refused tensor raises: the full check below redoes it, naming it
-                    needs_resolving = capture(tensors) if tensors else False
-                    self._pipeline.put(
-                        (time.time(), self._step, items, needs_resolving), len(items)
-                    )
+            else:  # a refused tensor raises in capture: the full check below names it
+                if not tensors:
+                    if items:
+                        self._pipeline.put((time.time(), self._step, items, False), len(items))
+                elif len(tensors) == len(items):
+                    put_captured_call(self._pipeline, items, tensors, self._step, triples)
+                else:
+                    entry = (time.time(), self._step, items, capture(tensors))
+                    self._pipeline.put(entry, len(items))
                 return
         except (TypeError, ValueError, IndexError, KeyError):
             pass
@@ -230,35 +241,12 @@ class Monitor:
         ``"csv"``, ...). They stay out of windows, cross-rank statistics and alert rules, which
         count training steps and expect every rank to log them. Returns at once."""
         items = events if type(events) is tuple else tuple(events)
-        names = self._names
         kinds = writer_kinds if type(writer_kinds) is frozenset else frozenset(writer_kinds)
-        try:
-            for item in items:
-                value = item[1]
-                kind = type(value)
-                if (
-                    len(item) != 3
-                    or item[0] not in names
-                    or (
-                        kind is not float
-                        and (kind is not int or not INT64_MIN <= value <= INT64_MAX)
-                    )
-                    or type(item[2]) is not int
-                    or not INT64_MIN <= item[2] <= INT64_MAX
-                ):
-                    break
-            else:
-                if items:
-                    self._pipeline.put_side(time.time(), items, kinds)
-                return
-        except (TypeError, IndexError, KeyError):
-            pass
-        for item in items:
-            if isinstance(item, (tuple, list)) and (len(item) != 3 or item[2] is None):
-                raise TypeError(
-                    f"write_side_events: event {item!r} has no step; expected (name, value, step) "
-                    f"with the step on the events' own axis"
-                )
+        if plain_side_items(items, self._names):
+            if items:
+                self._pipeline.put_side(time.time(), items, kinds)
+            return
+        require_side_steps(items)
         checked, needs_resolving = self._checker.check(items)
         if checked:
             self._pipeline.put_side(time.time(), checked, kinds, needs_resolving)

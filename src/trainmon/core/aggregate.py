@@ -50,9 +50,10 @@ def is_rate(name: str) -> bool:
     return name in RATE_METRICS or name.endswith(RATE_SUFFIX)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MetricStats:
-    """One metric over one window."""
+    """One metric over one window (read-only by convention: built per metric at every window's
+    close, where a frozen dataclass's ``__init__`` costs four times as much)."""
 
     count: int
     mean: float

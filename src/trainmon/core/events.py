@@ -12,9 +12,11 @@ from dataclasses import dataclass
 Number = float | int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepScalars:
-    """Every value logged for one step, in arrival order, with the wall time of the first one."""
+    """Every value logged for one step, in arrival order, with the wall time of the first one
+    (read-only once handed over, by convention: one is built per step on the background
+    thread, where a frozen dataclass's ``__init__`` costs four times as much)."""
 
     step: int
     wall_time: float

@@ -40,7 +40,15 @@ from typing import Any
 
 from trainmon.config import PipelineConfig
 from trainmon.core.aggregate import MetricStats, WindowAggregator, WindowStats
-from trainmon.core.entries import Entry, FlushRequest, Item, SampledValues, SideEvents
+from trainmon.core.capture_store import CaptureStore
+from trainmon.core.entries import (
+    Entry,
+    FlushRequest,
+    Item,
+    SampledValues,
+    SideEvents,
+    open_step,
+)
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.lanes import WriterLanes
 from trainmon.core.observer import Observer
@@ -116,6 +124,7 @@ class Pipeline:
         self.dropped = 0
         self._queue: deque[QueueEntry] = deque()
         self._capacity = self.config.queue_size
+        self.captures = CaptureStore()
         self._enqueued = 0
         self._consumed = 0
         self._wakeup = threading.Event()
@@ -155,6 +164,16 @@ class Pipeline:
         if calls >= WAKE_AT_ENTRIES and time.monotonic() >= self._busy_wake_at:
             self._calls_since_drain = 0
             self._wakeup.set()  # a fast loop: drain now, not at the interval
+
+    def put_captured(self, wall_time: float, step: int, names: tuple[str, ...], copy: Any) -> None:
+        """Queue a call whose values are all in one CPU copy taken at the call: the copy goes to
+        :attr:`captures`, the entry holds the names and the copy's key (see
+        :mod:`~trainmon.core.capture_store`). Nothing is kept of a call the queue drops."""
+        count = len(names)
+        pending = self._enqueued - self._consumed
+        if pending + count > self._capacity and pending > 0 and not self._make_room(count):
+            return
+        self.put((wall_time, step, names, self.captures.put(copy)), count)
 
     def _make_room(self, count: int) -> bool:
         self._wakeup.set()
@@ -357,12 +376,12 @@ class Pipeline:
             elif isinstance(entry, SideEvents):
                 sides.append(entry)
             elif isinstance(entry, SampledValues):  # at the step the stream has reached
-                batch = self._emit_older(batch, sides, _open_step(batch))
+                batch = self._emit_older(batch, sides, open_step(batch))
                 sides = []
                 step = batch[-1][1] if batch else self._last_step
                 self._emit([(entry.wall_time, step, entry.items, False)])
             elif isinstance(entry, Pending) and not isinstance(entry, PendingMark):
-                batch = self._emit_older(batch, sides, _open_step(batch, _extra_step(entry)))
+                batch = self._emit_older(batch, sides, open_step(batch, _extra_step(entry)))
                 sides = []
                 self._consumed += 1
                 self._write_extra(entry)  # histogram/text/hparams/progress
@@ -375,11 +394,11 @@ class Pipeline:
                 else:
                     self._reach_flush_point(entry)
             if len(batch) + len(sides) >= _CHUNK_ENTRIES:
-                start = _open_step(batch)
+                start = open_step(batch)
                 batch = self._emit_older(batch, sides, start if start > 0 else len(batch))
                 sides = []
         if hold and batch and time.time() - batch[-1][0] < self._hold_s:
-            start = _open_step(batch)
+            start = open_step(batch)
             if start >= self._held_once:  # held back once at most
                 batch = self._emit_older(batch, sides, start)
                 self._held, batch, sides = batch, [], []
@@ -473,7 +492,7 @@ class Pipeline:
         return self._records(batch)
 
     def _records(self, batch: list[Entry]) -> list[StepScalars]:
-        return group_records(batch, self._count_internal_error)
+        return group_records(batch, self._count_internal_error, self.captures)
 
     def _aggregate(self, records: list[StepScalars]) -> None:
         """Stage 3: records into windows. For the writers that take windows, fan-out is
@@ -560,26 +579,6 @@ class Pipeline:
         values = {DROPPED_METRIC: counters[0], WRITER_ERRORS_METRIC: counters[1]}
         self.writers.write([StepScalars(self._last_step, time.time(), values)], bounded=False)
         self._reported_counters = counters
-
-
-def _open_step(batch: list[Entry], before: Any = None) -> int:
-    """Where the batch's newest step begins: its last calls of ``(name, value)`` pairs at the
-    last call's step, which a later call of that step may still join (``len(batch)``: none,
-    the last call logs at steps of its own). With ``before`` (the step of an extra queued
-    next, None: it has none), none either when the extra is at a later step: the extra then
-    comes after them, so that no writer sees a step go back."""
-    if not batch:
-        return 0
-    step = batch[-1][1]
-    if before is not None and before > step:
-        return len(batch)
-    start = len(batch)
-    while start > 0:
-        entry = batch[start - 1]
-        if entry[1] != step or not entry[2] or len(entry[2][0]) != 2:
-            break
-        start -= 1
-    return start
 
 
 def _extra_step(extra: Pending) -> Any:

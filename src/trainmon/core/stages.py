@@ -11,8 +11,11 @@ pipeline runs this on its thread, one batch at a time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
+from trainmon.core.capture_store import CaptureStore
 from trainmon.core.entries import Entry
 from trainmon.core.events import Number, StepScalars
 from trainmon.core.values import (
@@ -85,31 +88,56 @@ class _Reads:
             _fill(self.tensors, resolve_tensors([slot[2] for slot in self.tensors]))
 
 
-def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[StepScalars]:
+def group_records(
+    batch: list[Entry], on_error: Callable[[str], None], captures: CaptureStore | None = None
+) -> list[StepScalars]:
     """Values by step into records, in queue order; tensors and deferred values are read in
-    batches after the pass (a value that cannot be resolved is counted and skipped)."""
-    reads = _Reads(
-        iter([n for entry in batch if type(entry[3]) is Snapshot for n in entry[3].numbers()])
-    )
+    batches after the pass (a value that cannot be resolved is counted and skipped). Values
+    of entries that hold a key of ``captures`` are taken from it, each key's at once."""
+    read = iter(Snapshot.numbers_of([entry[3] for entry in batch if type(entry[3]) is Snapshot]))
+    stored = _take_stored(batch, captures)
+    reads = _Reads(iter(()))
     place = reads.place
     records: list[StepScalars] = []
     current_step: object = None
     values: dict[str, Number] = {}
     for wall_time, default_step, items, needs_resolving in batch:
+        if type(items[0]) is str:  # names alone: every value captured, at the entry's step
+            if default_step != current_step:
+                values = {}
+                records.append(StepScalars(default_step, wall_time, values))
+                current_step = default_step
+            key = needs_resolving
+            numbers = islice(stored[key], len(items)) if type(key) is str else next(read)
+            values.update(zip(items, numbers, strict=True))
+            continue
         if not needs_resolving and len(items[0]) == 2:  # plain numbers, checked by the caller
             if default_step != current_step:
                 values = {}
                 records.append(StepScalars(default_step, wall_time, values))
                 current_step = default_step
             try:
-                values.update(items)  # type: ignore[arg-type]  # pairs, in one C call
+                values.update(items)  # pairs, in one C call
                 continue
             except ValueError:  # some carry their own step: item by item below
                 pass
+        elif needs_resolving is not True:  # all numbers, or copies captured at the call
+            snapshot = type(needs_resolving) is Snapshot
+            captured = next(read) if snapshot else None
+            step = _whole_step(items, default_step)
+            if step is not None and (captured is None or len(captured) == len(items)):
+                if step != current_step:  # one step's values, all captured or all numbers
+                    values = {}
+                    records.append(StepScalars(step, wall_time, values))
+                    current_step = step
+                values.update(zip(map(_first, items), captured or map(_second, items), strict=True))
+                continue
+            if captured is not None:
+                reads.captured = iter(captured)
         elif needs_resolving is True and len(items[0]) == 2 and default_step != current_step:
             values = {}  # a step's values in one call (a driver's): pairs in one C call, ...
             try:
-                values.update(items)  # type: ignore[arg-type]
+                values.update(items)
             except ValueError:
                 values.clear()
             if len(values) == len(items):  # ... then what is not a number yet, in place
@@ -149,6 +177,40 @@ def group_records(batch: list[Entry], on_error: Callable[[str], None]) -> list[S
                 values[name] = value
     reads.read(on_error)
     return [record for record in records if record.values]
+
+
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+def _take_stored(batch: list[Entry], captures: CaptureStore | None) -> dict[str, Iterator[Number]]:
+    """The batch's values kept in ``captures``, key by key, in queue order."""
+    counts: dict[str, int] = {}
+    for entry in batch:
+        key = entry[3]
+        if type(key) is str:
+            counts[key] = counts.get(key, 0) + len(entry[2])
+    if not counts:
+        return {}
+    if captures is None:
+        raise ValueError("entries hold captured values but no capture store was given")
+    return {key: iter(captures.take(key, count)) for key, count in counts.items()}
+
+
+def _whole_step(items: Sequence[Any], default_step: Any) -> Any:
+    """The step of a call whose items are all pairs, or all triples of one int step (None
+    otherwise: read item by item). Such a call, all numbers or all captured, is one record's
+    values in one ``dict.update`` instead of a Python iteration per value: the background's
+    time per value is time a tight loop waits for the GIL."""
+    lengths = set(map(len, items))
+    if lengths == {2}:
+        return default_step
+    if lengths == {3}:
+        steps = set(map(_third, items))
+        if len(steps) == 1:
+            step = steps.pop()
+            if type(step) is int:
+                return step
+    return None
 
 
 def _fill(slots: list[Slot], numbers: Sequence[Number | None]) -> None:

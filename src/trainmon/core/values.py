@@ -281,13 +281,24 @@ class Snapshot:
     """Copies of one call's tensors, taken at the call; read on the background thread.
 
     :meth:`numbers` returns the values in capture order. On an accelerator it first waits for
-    the event recorded after the copy (on the background thread, never the caller's).
+    the event recorded after the copy (on the background thread, never the caller's). The
+    usual call (one dtype) is one copy held directly: what waits in the queue is as few
+    objects as the garbage collector can be given (a queue of containers that outlive the
+    young collections promotes them, and each full collection scans the whole process).
     """
 
-    __slots__ = ("_count", "_parts")
+    __slots__ = ("_copy", "_count", "_event", "_parts")
 
-    def __init__(self, count: int, parts: list[tuple[Sequence[int], Any, Any]]) -> None:
+    def __init__(
+        self,
+        count: int,
+        copy: Any,
+        event: Any = None,
+        parts: list[tuple[Sequence[int], Any, Any]] | None = None,
+    ) -> None:
         self._count = count
+        self._copy = copy  # every value, in order (None: see parts)
+        self._event = event
         self._parts = parts  # (capture positions, stacked copy, event or None)
 
     def __len__(self) -> int:
@@ -296,10 +307,15 @@ class Snapshot:
     def __bool__(self) -> bool:
         return True  # an entry's flag: "needs resolving"
 
+    def _all_parts(self) -> list[tuple[Sequence[int], Any, Any]]:
+        if self._parts is not None:
+            return self._parts
+        return [(range(self._count), self._copy, self._event)]
+
     def numbers(self) -> list[Number]:
         """The captured values as Python numbers (NaN, reported, where a copy cannot be read)."""
         out: list[Number] = [math.nan] * self._count
-        for positions, copy, event in self._parts:
+        for positions, copy, event in self._all_parts():
             try:
                 if event is not None:
                     event.synchronize()
@@ -314,6 +330,52 @@ class Snapshot:
             for i, number in zip(positions, values, strict=True):
                 out[i] = int(number) if isinstance(number, bool) else number
         return out
+
+    @staticmethod
+    def numbers_of(snapshots: Sequence[Snapshot]) -> list[list[Number]]:
+        """:meth:`numbers` of each snapshot, the usual ones (one copy of one dtype) read in
+        one device read per dtype and number of dimensions for the whole batch: a read per
+        call costs the background thread a few microseconds of Python per call, which a
+        tight loop pays in waiting for the GIL."""
+        out: list[list[Number] | None] = [None] * len(snapshots)
+        groups: dict[tuple[Any, int], list[int]] = {}
+        for index, snapshot in enumerate(snapshots):
+            copy = snapshot._copy
+            if copy is not None:
+                groups.setdefault((copy.dtype, copy.dim()), []).append(index)
+            else:
+                out[index] = snapshot.numbers()
+        for (dtype, dims), members in groups.items():
+            if len(members) == 1:
+                out[members[0]] = snapshots[members[0]].numbers()
+                continue
+            try:
+                flat = _read_copies([snapshots[i] for i in members], dims)
+            except Exception:  # a copy that cannot be read: each on its own, NaN where it fails
+                for i in members:
+                    out[i] = snapshots[i].numbers()
+                continue
+            if dtype is _torch.bool:
+                flat = [int(number) for number in flat]
+            start = 0
+            for i in members:
+                end = start + snapshots[i]._count
+                out[i] = flat[start:end]
+                start = end
+        return out  # type: ignore[return-value]  # every place filled above
+
+
+def _read_copies(snapshots: Sequence[Snapshot], dims: int) -> list[Number]:
+    """The values of single-copy snapshots of one dtype and number of dimensions, in order, in
+    one read (each copy's event waited for first)."""
+    copies = []
+    for snapshot in snapshots:
+        if snapshot._event is not None:
+            snapshot._event.synchronize()
+        copies.append(snapshot._copy)
+    joined = _torch.stack(copies) if dims == 0 else _torch.cat(copies)
+    numbers: list[Number] = joined.reshape(-1).tolist()
+    return numbers
 
 
 # torch as capture uses it, bound at its first call: importing trainmon must not import torch,
@@ -336,7 +398,9 @@ def _bind_torch() -> None:
     _torch = torch
 
 
-def capture(tensors: Sequence[Any], names: Sequence[str] | None = None) -> Snapshot:
+def capture(
+    tensors: Sequence[Any], names: Sequence[str] | None = None, bare_cpu: bool = False
+) -> Snapshot | Any:
     """Copy single-element tensors now, without reading them on this thread.
 
     One ``torch.stack`` per dtype (usually one for the whole call) on the tensors' own device:
@@ -345,6 +409,8 @@ def capture(tensors: Sequence[Any], names: Sequence[str] | None = None) -> Snaps
     thread waits on. Nothing here synchronises with the device. A tensor refused here raises,
     as :func:`check_tensor` does, naming the metric ``names[i]`` of ``tensors[i]`` (without
     names, by its position: for a caller that redoes a refused call through a naming check).
+    With ``bare_cpu``, one copy on the CPU (the usual call) is returned as it is, not in a
+    :class:`Snapshot` (for :class:`~trainmon.core.capture_store.CaptureStore`).
     """
     if _torch is None:
         _bind_torch()
@@ -369,14 +435,18 @@ def capture(tensors: Sequence[Any], names: Sequence[str] | None = None) -> Snaps
                     and copy.layout is _strided
                     and not copy.is_meta
                 ):
-                    return Snapshot(count, [(range(count), copy, _event_after(_torch, copy))])
+                    if bare_cpu and copy.is_cpu:
+                        return copy
+                    return Snapshot(count, copy, _event_after(_torch, copy))
         parts = _stack_by_kind(tensors) if count > 1 else None
         if parts is None:
             parts = _stack_groups(tensors, names or [f"#{i}" for i in range(count)])
     finally:
         if grad:
             _set_grad_enabled(True)
-    return Snapshot(count, [(pos, copy, _event_after(_torch, copy)) for pos, copy in parts])
+    return Snapshot(
+        count, None, None, [(pos, copy, _event_after(_torch, copy)) for pos, copy in parts]
+    )
 
 
 def _stack_by_kind(tensors: Sequence[Any]) -> list[tuple[Sequence[int], Any]] | None:
