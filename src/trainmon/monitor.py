@@ -184,7 +184,6 @@ class Monitor:
                 self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         tensors: list[Any] = []
-        triples = 0
         try:
             for item in items:  # the fast path: tuples of a known name, a number, an int step
                 if type(item) is not tuple:
@@ -193,7 +192,6 @@ class Monitor:
                     name, value = item
                 else:  # anything but a triple with an int64 step raises or breaks
                     name, value, step = item
-                    triples += 1
                     if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
                         break
                 if name not in names:
@@ -213,7 +211,7 @@ class Monitor:
                     if items:
                         self._pipeline.put((time.time(), self._step, items, False), len(items))
                 elif len(tensors) == len(items):
-                    put_captured_call(self._pipeline, items, tensors, self._step, triples)
+                    put_captured_call(self._pipeline, items, tensors, self._step)
                 else:
                     entry = (time.time(), self._step, items, capture(tensors))
                     self._pipeline.put(entry, len(items))

@@ -155,17 +155,14 @@ _first, _third = itemgetter(0), itemgetter(2)
 
 
 def put_captured_call(
-    pipeline: Pipeline, items: Sequence[Any], tensors: list[Any], step: int, triples: int
+    pipeline: Pipeline, items: Sequence[Any], tensors: list[Any], step: int
 ) -> None:
-    """Queue a checked call whose values are all tensors (``triples`` of its items have a step
-    of their own). Logged at one step (the default ``step`` for pairs) it travels as its names
-    alone (see :data:`~trainmon.core.entries.Entry`), its one CPU copy in the pipeline's
-    capture store; otherwise as its items with a :class:`Snapshot`."""
+    """Queue a checked call whose values are all tensors. Logged at one step (the default
+    ``step`` for pairs) it travels as its names alone (see :data:`~trainmon.core.entries.Entry`),
+    its one CPU copy in the pipeline's capture store; otherwise as its items with a
+    :class:`Snapshot`."""
     copy = capture(tensors, bare_cpu=True)
-    whole: int | None = step
-    if triples:  # one step for all (a loop's ``(name, t, k)``), or the items as they are
-        steps = set(map(_third, items)) if triples == len(items) else ()
-        whole = steps.pop() if len(steps) == 1 else None
+    whole = _one_step(items, step)
     if whole is None:
         snapshot = copy if type(copy) is Snapshot else Snapshot(len(tensors), copy)
         pipeline.put((time.time(), step, items, snapshot), len(items))
@@ -173,3 +170,13 @@ def put_captured_call(
         pipeline.put((time.time(), whole, tuple(map(_first, items)), copy), len(items))
     else:
         pipeline.put_captured(time.time(), whole, tuple(map(_first, items)), copy)
+
+
+def _one_step(items: Sequence[Any], step: int) -> int | None:
+    """The step all of a checked call's items log at (``step`` for pairs), or None."""
+    if len(set(map(len, items))) != 1:
+        return None
+    if len(items[0]) == 2:
+        return step
+    steps = set(map(_third, items))
+    return steps.pop() if len(steps) == 1 else None
