@@ -76,20 +76,21 @@ _CHUNK_ENTRIES = 2048
 #: A busy queue (this many calls since the last drain) wakes the background thread once
 #: ``BUSY_DRAIN_S`` have passed since that drain, before its interval. Side events (DeepSpeed's
 #: ``Train/Samples``, one per step beside the step's own call) do not count: a 10 ms step
-#: would otherwise drain every 0.64 s instead of once a second. Entries that wait out a whole
-#: interval in a fast loop outlive the young garbage collections and fill the old generation:
-#: a loop of 0.4 ms steps triggered a full collection (~0.14 s, on the training thread) every
-#: ~7,500 steps drained every 0.25 s, and none in 30,000 steps drained every 50 ms; a loop of
-#: bare hooks (20,000 calls a second) woken every 128 calls spent its time waking the
+#: would otherwise drain every 0.64 s instead of once a second. What a drain turns into
+#: records and windows lives until the writers took it; a drain's worth that outlives two young
+#: garbage collections is promoted, and enough promotions set off a full collection (~0.1 s
+#: over torch's objects, on the training thread). A tight loop of 16 tensors a call (~30 µs)
+#: had one every ~30,000 calls drained every 50 ms, none in 100,000 drained every 10 ms; a loop
+#: of bare hooks (20,000 calls a second) woken every 128 calls spent its time waking the
 #: background.
 WAKE_AT_ENTRIES = 128
-BUSY_DRAIN_S = 0.05
+BUSY_DRAIN_S = 0.01
 #: A drain that ends less than this after the newest step's last call holds that step's calls
-#: back one drain (never longer), so that calls of one step this close together always make one
-#: record: drains are at least this far apart (the busy wake-up's spacing, or the interval
-#: when shorter), so the next drain takes the held calls with any that followed them. A flush
-#: (or the close) writes them at once.
-HOLD_S = BUSY_DRAIN_S
+#: back one drain (never longer), so that calls of one step make one record: the next drain
+#: takes the held calls with any that followed them (a busy loop drains every BUSY_DRAIN_S,
+#: and a step's calls are closer together than that when 128 calls fit in it). A flush (or
+#: the close) writes them at once.
+HOLD_S = 0.05
 
 
 #: What travels through the queue: a scalar :data:`Entry` (a plain tuple, the hot path) or a
