@@ -145,3 +145,29 @@ def test_frameworks_benchmark_interleaves_the_real_loops(tmp_path: Path) -> None
         assert answer["logged"]["bare"] == [0, 0], name
     rows = [line for line in result.stdout.splitlines() if line.startswith("| trainmon ")]
     assert len(rows) == 3, result.stdout  # one table per framework
+
+
+def test_capture_benchmark_times_the_calls_as_users_write_them(tmp_path: Path) -> None:
+    """The README's pattern (pairs after ``monitor.step = k``, and triples), tight and with a
+    wait between calls, against torch.stack; every contender has a ratio and the JSON holds
+    the long run's tenths."""
+    out = tmp_path / "capture.json"
+    args = ["--as-called-only", "--rounds", "2", "--calls", "50", "--op-calls", "20"]
+    args += ["--flat-calls", "2000", "--json", str(out)]
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_capture.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    for setting in ("tight", "op"):
+        assert f"as users call it, {setting}" in done.stdout
+    result = json.loads(out.read_text())["as_called"]
+    cases = {s["setting"]: s["cases"] for s in result["settings"]}
+    for setting in ("tight", "op"):
+        assert set(cases[setting]) == {"pairs", "triples", "floor: torch.stack"}
+        assert all(case["ratio"] > 0 for case in cases[setting].values())
+    assert len(result["flat"]["tenths"]) == 10
