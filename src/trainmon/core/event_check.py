@@ -162,7 +162,12 @@ def put_captured_call(
     its one CPU copy in the pipeline's capture store; otherwise as its items with a
     :class:`Snapshot`."""
     copy = capture(tensors, bare_cpu=True)
-    whole = _one_step(items, step)
+    whole: int | None = step
+    if len(set(map(len, items))) != 1:  # pairs and triples: each its own step
+        whole = None
+    elif len(items[0]) == 3:  # triples: one step for all (a loop's ``(name, t, k)``), or not
+        steps = set(map(_third, items))
+        whole = steps.pop() if len(steps) == 1 else None
     if whole is None:
         snapshot = copy if type(copy) is Snapshot else Snapshot(len(tensors), copy)
         pipeline.put((time.time(), step, items, snapshot), len(items))
@@ -170,13 +175,3 @@ def put_captured_call(
         pipeline.put((time.time(), whole, tuple(map(_first, items)), copy), len(items))
     else:
         pipeline.put_captured(time.time(), whole, tuple(map(_first, items)), copy)
-
-
-def _one_step(items: Sequence[Any], step: int) -> int | None:
-    """The step all of a checked call's items log at (``step`` for pairs), or None."""
-    if len(set(map(len, items))) != 1:
-        return None
-    if len(items[0]) == 2:
-        return step
-    steps = set(map(_third, items))
-    return steps.pop() if len(steps) == 1 else None

@@ -174,7 +174,14 @@ class Pipeline:
         pending = self._enqueued - self._consumed
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
             return
-        self.put((wall_time, step, names, self.captures.put(copy)), count)
+        key = self.captures.put(copy)  # before the entry: a drain that takes it finds the copy
+        self._enqueued += count
+        self._queue.append((wall_time, step, names, key))
+        calls = self._calls_since_drain + 1
+        self._calls_since_drain = calls
+        if calls >= WAKE_AT_ENTRIES and time.monotonic() >= self._busy_wake_at:
+            self._calls_since_drain = 0
+            self._wakeup.set()
 
     def _make_room(self, count: int) -> bool:
         self._wakeup.set()
