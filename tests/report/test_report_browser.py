@@ -2,7 +2,8 @@
 screenshot is not blank, the smoothing slider draws TensorBoard's EMA and lives in the address,
 a one-point or constant series gets sensible axes, a restarted run's step charts mark where
 each attempt began, and the x axis (steps or samples) is read from the address. Skipped when
-Chromium is not installed."""
+Chromium is not installed. The wall-time axis, the overview's columns, alert and NaN markers
+and the bands' slowest rank: test_report_page.py."""
 
 from __future__ import annotations
 
@@ -518,11 +519,11 @@ def test_the_x_axis_in_the_address_redraws_the_step_charts_over_samples(
 ) -> None:
     """#smoothing=0.6&x=samples draws the restarted run's line charts over samples seen
     (x range about 8-320, the restart mark at 168 still drawn, the control showing samples);
-    charts with a run lacking a samples counter, and the breakdown, stay on steps; x=wall
-    (no per-point times in the payload) falls back to steps."""
+    charts with a run lacking a samples counter, and the breakdown, stay on steps; an x the
+    page does not know (x=oops) falls back to steps."""
     specs = chart_specs(restarted_page)
     ranges: dict[str, dict[str, dict[str, float]]] = {}
-    for fragment in ("#smoothing=0.6", "#smoothing=0.6&x=samples", "#x=wall"):
+    for fragment in ("#smoothing=0.6", "#smoothing=0.6&x=samples", "#x=oops"):
         dom = dump_dom(restarted_page, tmp_path, fragment)
         assert attribute(dom, "body", "data-errors") == "0"
         assert attribute(dom, "body", "data-ready") == "1"
@@ -550,6 +551,6 @@ def test_the_x_axis_in_the_address_redraws_the_step_charts_over_samples(
         assert steps["min"] <= 1 and 40 <= steps["max"] < 100, steps
         assert samples["min"] <= BATCH and BATCH * 40 <= samples["max"] < 2 * BATCH * 40, samples
     for chart_id, steps in ranges["#smoothing=0.6"].items():
-        assert ranges["#x=wall"][chart_id] == steps
+        assert ranges["#x=oops"][chart_id] == steps
         if chart_id not in moved_ids:
             assert ranges["#smoothing=0.6&x=samples"][chart_id] == steps

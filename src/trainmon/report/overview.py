@@ -1,10 +1,10 @@
 """The report's overview: the runs' figures side by side, one column per run.
 
 Three tables, each with a column per run (and, for two runs, B's change relative to A, as
-``trainmon compare`` prints it): the key figures (:func:`~trainmon.report.summary.key_rows`),
-the step-time breakdown (each part's mean time and share of the step) and the ranks (slowest
-rank, straggler ratio, each reduced metric's spread across ranks). A table no run has figures
-for is left out. Every header cell of a run is ``<th class="run">``.
+``trainmon compare`` prints it): the key figures (:func:`~trainmon.report.summary.key_rows`
+less the parts of the step), the step-time breakdown (each part's mean time and share of the
+step) and the ranks (slowest rank, straggler ratio, each reduced metric's spread across ranks).
+A table no run has figures for is left out. Every header cell of a run is ``<th class="run">``.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ def _key_table(summaries: Sequence[RunSummary]) -> str:
     two = len(summaries) == 2
     body = []
     for row in key_rows(summaries):
+        if row.label.startswith(" "):
+            continue  # a part of the step time: in the breakdown table
         cells = "".join(f"<td>{_e(figure(v, row.unit))}</td>" for v in row.values)
         if two:
             cells += _change(row.values, row.better)
-        sub = ' class="sub"' if row.label.startswith(" ") else ""
-        body.append(f"<tr{sub}><td>{_e(row.label.strip())}</td>{cells}</tr>")
+        body.append(f"<tr><td>{_e(row.label.strip())}</td>{cells}</tr>")
     return (
         f'<table class="overview-key">{_head("", summaries, two)}'
         f"<tbody>{''.join(body)}</tbody></table>"

@@ -160,6 +160,7 @@
       var info = payload.runs[i];
       if (!info) return;
       info.samples = r.samples;
+      info.wall = r.wall;
       if (r.restarts) info.restarts = r.restarts;
     });
     if (data.mode === "full") {

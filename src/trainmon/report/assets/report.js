@@ -1,10 +1,18 @@
 /* trainmon report: draws the charts described in #trainmon-data with uPlot (embedded above).
  *
  * Chart kinds: "lines" (one or more series, joined on x), "stacked" (step-time breakdown under
- * the step time), "band" (min–max over ranks with the mean). Drag on a chart to zoom (every
- * chart with the same x unit follows), double-click or "reset zoom" to see everything again;
- * the legend under each chart shows the values under the cursor. Alerts are dashed vertical
- * lines (red: firing, green: resolved), NaN/Inf values red ticks at the bottom.
+ * the step time), "band" (min–max over ranks filled, the mean drawn on top; hovering names the
+ * slowest rank at that step, from perf/slowest_rank, and the rank holding the max, from
+ * <metric>/argmax_rank). Drag on a chart to zoom (every chart with the same x unit follows),
+ * double-click or "reset zoom" to see everything again; the legend under each chart shows the
+ * values under the cursor.
+ *
+ * Alerts (payload.alerts): an alert whose metric a chart draws (its "charts") is drawn on that
+ * chart only, as a dashed vertical line with a diamond at the alert's value (at the top when
+ * the value is off the chart or missing); an alert whose metric no chart draws is a dashed
+ * vertical line on every step chart of its run. Red: firing, green: resolved; named on hover.
+ * NaN/Inf values: red triangles on the x axis of every chart kind (the line has a gap there;
+ * the axes stay finite), named on hover.
  *
  * Smoothing: one slider (nav bar, 0 to 0.999) smooths every "lines" series with TensorBoard's
  * debiased exponential moving average (see smooth()); the raw series stays drawn faintly behind
@@ -19,23 +27,29 @@
  * from step 20", "attempt 2: restarted from scratch").
  *
  * x axis: a select (nav bar, shown when some run logs a samples-seen counter per step,
- * payload.runs[i].samples) draws the step-axis line charts over samples instead of steps (the
- * counter interpolated between its points; a chart with a run that has no counter stays on
- * steps), alert and restart marks moved with them. Kept in the fragment as #x=samples, next to
- * the smoothing (#smoothing=0.6&x=samples). Wall time is not offered: the payload's series
- * keep no per-point times (report/model.py's Series holds steps and values only).
+ * payload.runs[i].samples, or has a clock, payload.runs[i].wall) offers "step", "samples" and
+ * "wall time". Samples: the step-axis line charts over samples seen (the counter interpolated
+ * between its points; a chart with a run that has no counter stays on steps). Wall time: every
+ * chart (lines, breakdown, bands) over seconds since each run's start (the run's clock, one
+ * time per step, interpolated between its points; runs overlaid all start at 0; a chart with
+ * a run that has no clock, a CSV folder, stays as it is), ticks as durations. Alert, restart
+ * and NaN marks move with the points. Kept in the fragment as #x=samples or #x=wall, next to
+ * the smoothing (#smoothing=0.6&x=wall).
  *
  * Axes: a chart with a single x (one point) gets an x range around it, a y range with no
  * spread (one point, a constant) a range padded around its value, not uPlot's 0..2v.
  *
- * When done, <body> gets data-ready="1", data-charts=<n drawn>; every figure gets data-ink=<the
- * number of painted pixels>, data-x-min/-max and data-y-min/-max (its scales as drawn), a lines
- * figure data-smoothing, data-smoothed-first/-last (its first series' first and last finite
- * smoothed value as drawn), data-smoothed-sum and data-raw-sum (over all its series); a
- * figure on the step axis data-x-unit (the x it is drawn on), data-restarts (the steps its
- * runs' later attempts began at, comma-separated; "" for none) and data-restarts-drawn (how
- * many restart lines its last draw painted inside the plot); errors
- * are counted in body[data-errors] by the handler at the top.
+ * When done, <body> gets data-ready="1", data-ready-ms (milliseconds from navigation to
+ * charts drawn), data-charts=<n drawn>; every figure gets data-ink=<the number of painted
+ * pixels>, data-x-min/-max and data-y-min/-max (its scales as drawn), data-x-unit (the x it
+ * is drawn on: step, samples or wall), data-nonfinite (its NaN/Inf points) and
+ * data-nonfinite-drawn, data-alerts-watched (alerts of its metrics), data-alert-markers and
+ * data-alert-lines (drawn by its last draw), data-hover (the last non-empty hover text); a
+ * lines figure data-smoothing, data-smoothed-first/-last (its first series' first and last
+ * finite smoothed value as drawn), data-smoothed-sum and data-raw-sum (over all its series); a
+ * figure on the step axis data-restarts (the steps its runs' later attempts began at,
+ * comma-separated; "" for none) and data-restarts-drawn (how many restart lines its last draw
+ * painted inside the plot); errors are counted in body[data-errors] by the handler at the top.
  *
  * Served live (trainmon report --serve), assets/live.js changes the charts' specs as the run
  * is written and draws them again through window.__trainmonReport.redraw, keeping a zoom.
@@ -220,92 +234,146 @@
     figure.setAttribute("data-raw-sum", String(rawSum));
   }
 
-  // -- x axis: steps or samples ----------------------------------------------------------
+  // -- x axis: steps, samples or wall time -----------------------------------------------
 
-  var X_MODES = { step: "step", samples: "samples" };
+  var X_MODES = { step: "step", samples: "samples", wall: "wall time" };
   var xMode = "step";
   var xSelect = null;
 
-  function hasSamples(run) {
+  // A run's map from its x (steps; samples for DeepSpeed's tags) to samples seen ("samples")
+  // or to seconds since its start ("wall"): {x, y}, interpolated between points; null if none.
+  function axisOf(run, mode) {
     var info = runInfo[run];
-    return !!(info && info.samples && info.samples.x && info.samples.x.length);
+    var map = info && info[mode];
+    return map && map.x && map.x.length ? map : null;
+  }
+
+  function hasSamples(run) {
+    return !!axisOf(run, "samples");
+  }
+
+  // Whether the run has a clock, on ``unit`` (its x: "step" or "samples") when given.
+  function hasWall(run, unit) {
+    var map = axisOf(run, "wall");
+    return !!map && (!unit || (map.unit || "step") === unit);
   }
 
   function samplesOffered() {
     return runInfo.some(function (r, i) { return hasSamples(i); });
   }
 
+  function wallOffered() {
+    return runInfo.some(function (r, i) { return hasWall(i); });
+  }
+
   function parseXMode(text) {
     if (text === "samples" && samplesOffered()) return "samples";
-    return "step";  // "wall" included: the payload has no per-point times
+    if (text === "wall" && wallOffered()) return "wall";
+    return "step";
   }
 
-  // The x a chart is drawn on: samples for a step-axis line chart whose runs all count samples.
+  // The x a chart is drawn on: samples for a step-axis line chart whose runs all count
+  // samples; wall time for any chart whose runs all have a clock on the chart's x; else its own.
   function unitOf(spec) {
-    if (xMode !== "samples" || spec.kind !== "lines" || spec.xUnit !== "step") return spec.xUnit;
-    var all = spec.series.every(function (s) { return hasSamples(s.run); });
-    return all ? "samples" : spec.xUnit;
+    if (xMode === "samples") {
+      if (spec.kind !== "lines" || spec.xUnit !== "step") return spec.xUnit;
+      var all = spec.series.every(function (s) { return hasSamples(s.run); });
+      return all ? "samples" : spec.xUnit;
+    }
+    if (xMode === "wall") {
+      if (spec.xUnit !== "step" && spec.xUnit !== "samples") return spec.xUnit;
+      var timed = spec.runs.length > 0 && spec.runs.every(function (r) { return hasWall(r, spec.xUnit); });
+      return timed ? "wall" : spec.xUnit;
+    }
+    return spec.xUnit;
   }
 
-  // Whether the chart's steps are drawn as samples (a chart already on samples is not).
+  // Whether the chart's own x is drawn as something else (samples, wall time).
   function mapped(spec) {
-    return spec.xUnit === "step" && unitOf(spec) === "samples";
+    return unitOf(spec) !== spec.xUnit;
   }
 
-  // Samples seen at ``step`` (linear between the counter's points); null outside them.
-  function samplesAt(run, step) {
-    var map = runInfo[run].samples;
+  // ``map`` at ``x`` (linear between its points); null outside them.
+  function interpolate(map, x) {
     var xs = map.x;
     var ys = map.y;
     var n = xs.length;
-    if (step < xs[0] || step > xs[n - 1]) return null;
+    if (x < xs[0] || x > xs[n - 1]) return null;
     var lo = 0;
     var hi = n - 1;
     while (hi - lo > 1) {
       var mid = (lo + hi) >> 1;
-      if (xs[mid] <= step) lo = mid;
+      if (xs[mid] <= x) lo = mid;
       else hi = mid;
     }
-    if (xs[lo] === step || lo === hi) return ys[lo];
-    if (xs[hi] === step) return ys[hi];
-    return ys[lo] + (ys[hi] - ys[lo]) * (step - xs[lo]) / (xs[hi] - xs[lo]);
+    if (xs[lo] === x || lo === hi) return ys[lo];
+    if (xs[hi] === x) return ys[hi];
+    return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo]);
   }
 
-  // A step-axis position on the chart's x (null: not on it).
+  // A position on a run's own x (a step) on the chart's x (null: not on it).
   function toX(spec, run, step) {
-    return mapped(spec) ? samplesAt(run, step) : step;
+    var unit = unitOf(spec);
+    if (unit === spec.xUnit) return step;
+    return interpolate(runInfo[run][unit === "wall" ? "wall" : "samples"], step);
   }
 
-  // A series' points on the chart's x: steps mapped to samples (points outside the counter
-  // left out; of points on one x, the last kept), else as they are.
-  function seriesXY(spec, s) {
-    if (!mapped(spec)) return [s.x, s.y];
-    var xs = [];
-    var ys = [];
-    for (var i = 0; i < s.x.length; i++) {
-      var x = samplesAt(s.run, s.x[i]);
+  // Columns on a run's x, on the chart's x: points outside the map left out, of points on one
+  // x the last kept; as they are when the chart's x is the run's own.
+  function mapColumns(spec, run, xs, cols) {
+    if (!mapped(spec)) return [xs].concat(cols);
+    var outX = [];
+    var out = cols.map(function () { return []; });
+    for (var i = 0; i < xs.length; i++) {
+      var x = toX(spec, run, xs[i]);
       if (x === null) continue;
-      if (xs.length && x <= xs[xs.length - 1]) {
-        if (x < xs[xs.length - 1]) continue;
-        ys[ys.length - 1] = s.y[i];
+      var n = outX.length;
+      if (n && x <= outX[n - 1]) {
+        if (x < outX[n - 1]) continue;
+        for (var k = 0; k < cols.length; k++) out[k][n - 1] = cols[k][i];
         continue;
       }
-      xs.push(x);
-      ys.push(s.y[i]);
+      outX.push(x);
+      for (var c = 0; c < cols.length; c++) out[c].push(cols[c][i]);
     }
-    return [xs, ys];
+    return [outX].concat(out);
   }
 
+  function seriesXY(spec, s) {
+    return mapColumns(spec, s.run, s.x, [s.y]);
+  }
+
+  // Seconds as a short duration: 45 s, 12 min 05 s, 3 h 20 min, 2 d 4 h.
+  function fmtDuration(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "–";
+    var sign = v < 0 ? "-" : "";
+    var a = Math.abs(v);
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    if (a < 60) return sign + (+a.toPrecision(3)) + " s";
+    var s = Math.round(a);
+    if (s < 3600) return sign + Math.floor(s / 60) + " min" + (s % 60 ? " " + two(s % 60) + " s" : "");
+    var m = Math.round(a / 60);
+    if (m < 1440) return sign + Math.floor(m / 60) + " h" + (m % 60 ? " " + two(m % 60) + " min" : "");
+    var h = Math.round(a / 3600);
+    return sign + Math.floor(h / 24) + " d" + (h % 24 ? " " + (h % 24) + " h" : "");
+  }
+
+  // Tick spacings of a wall-time axis: fractions of a second up to weeks.
+  var WALL_INCRS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30,
+    60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
+
   function xControl() {
-    if (!samplesOffered()) return;
+    var offered = { step: true, samples: samplesOffered(), wall: wallOffered() };
+    if (!offered.samples && !offered.wall) return;
     var label = document.createElement("label");
     label.className = "x-axis";
-    label.title = "The x of the step charts: steps, or samples seen (a run's samples counter). " +
-      "Kept in the page's address.";
+    label.title = "The x of the charts: steps, samples seen (a run's samples counter) or wall " +
+      "time since each run's start. Kept in the page's address.";
     label.appendChild(document.createTextNode("x "));
     xSelect = document.createElement("select");
     xSelect.id = "x-axis";
     Object.keys(X_MODES).forEach(function (key) {
+      if (!offered[key]) return;
       var option = document.createElement("option");
       option.value = key;
       option.textContent = X_MODES[key];
@@ -321,8 +389,8 @@
     });
   }
 
-  // Shows x mode ``text`` on the control and, once the charts exist, redraws the step charts
-  // whose x changes (their zoom reset: steps and samples do not share a range).
+  // Shows x mode ``text`` on the control and, once the charts exist, redraws the charts whose
+  // x changes (their zoom reset: steps, samples and seconds do not share a range).
   function setXMode(text) {
     var mode = parseXMode(text);
     if (xSelect) {
@@ -409,9 +477,17 @@
     });
   }
 
+  // The alerts drawn on a step chart: those whose metric it draws (``watched``: a marker at
+  // the alert's value, on this chart only) and those whose metric no chart draws (a line on
+  // every step chart of their run).
   function alertsOf(spec) {
     if (spec.xUnit !== "step") return [];
-    return alerts.filter(function (a) { return spec.runs.indexOf(a.run) >= 0; });
+    return alerts.filter(function (a) {
+      if (spec.runs.indexOf(a.run) < 0) return false;
+      return a.charts && a.charts.length ? a.charts.indexOf(spec.id) >= 0 : true;
+    }).map(function (a) {
+      return { a: a, watched: !!(a.charts && a.charts.length) };
+    });
   }
 
   // Where the later attempts of the chart's runs began (step-axis charts only).
@@ -428,17 +504,92 @@
     return out;
   }
 
+  // The chart's NaN/Inf points: {run, x (its own x), metric}.
+  function nonfiniteOf(spec) {
+    if (spec.kind !== "lines") return spec.nonfinite || [];
+    var out = [];
+    spec.series.forEach(function (s) {
+      (s.nonfinite || []).forEach(function (x) { out.push({ run: s.run, x: x, metric: s.metric }); });
+    });
+    return out;
+  }
+
+  // Per band with a slowest-rank series, its points on the chart's x (for the hover).
+  function rankLookup(spec) {
+    if (spec.kind !== "band") return [];
+    return spec.bands.filter(function (b) { return b.slowest || b.argmax; }).map(function (b) {
+      var xs = b.x.map(function (x) { return toX(spec, b.run, x); });
+      return { band: b, xs: xs };
+    });
+  }
+
+  // The index of the point of ``xs`` (ascending, nulls allowed) nearest ``at``; -1 for none.
+  function nearest(xs, at) {
+    var best = -1;
+    var gap = Infinity;
+    var lo = 0;
+    var hi = xs.length - 1;
+    while (hi - lo > 1) {  // skip to the neighbourhood, then look at the few around it
+      var mid = (lo + hi) >> 1;
+      if (xs[mid] !== null && xs[mid] <= at) lo = mid;
+      else hi = mid;
+    }
+    for (var i = Math.max(0, lo - 2); i <= Math.min(xs.length - 1, hi + 2); i++) {
+      if (xs[i] === null) continue;
+      var d = Math.abs(xs[i] - at);
+      if (d < gap) { gap = d; best = i; }
+    }
+    return best;
+  }
+
+  function ranksText(lookup, at, several) {
+    var parts = [];
+    lookup.forEach(function (entry) {
+      var i = nearest(entry.xs, at);
+      if (i < 0) return;
+      var b = entry.band;
+      var bits = [];
+      if (b.slowest && b.slowest[i] !== null) bits.push("slowest rank " + b.slowest[i]);
+      if (b.argmax && b.argmax[i] !== null) bits.push("max on rank " + b.argmax[i]);
+      if (bits.length) parts.push((several ? b.label + ": " : "") + "step " + b.x[i] + " " + bits.join(", "));
+    });
+    return parts.join(" · ");
+  }
+
+  function diamond(ctx, x, y, r) {
+    ctx.beginPath();
+    ctx.moveTo(x, y - r);
+    ctx.lineTo(x + r, y);
+    ctx.lineTo(x, y + r);
+    ctx.lineTo(x - r, y);
+    ctx.closePath();
+    ctx.fill();
+    ctx.stroke();
+  }
+
+  // Draws restarts (purple dash-dot lines), alerts (a watched one: dashed line and a diamond
+  // at its value, or at the top when its value is off the chart; another: a dashed line),
+  // and NaN/Inf points (red triangles on the x axis); names them on hover, with the slowest
+  // rank on a band chart. Exposes on the figure how many of each its last draw painted.
   function marksPlugin(spec, hoverBox, figure) {
     var own = alertsOf(spec);
     var restarts = restartsOf(spec);
+    var bad = nonfiniteOf(spec);
+    var ranks = rankLookup(spec);
     if (figure && spec.xUnit === "step") {
       var steps = restarts.map(function (m) { return m.x; }).sort(function (a, b) { return a - b; });
       figure.setAttribute("data-restarts", steps.filter(function (x, i) { return steps.indexOf(x) === i; }).join(","));
     }
-    var bad = [];
-    (spec.series || []).forEach(function (s) {
-      s.nonfinite.forEach(function (x) { bad.push({ run: s.run, x: x }); });
-    });
+    if (figure) {
+      figure.setAttribute("data-nonfinite", String(bad.length));
+      figure.setAttribute("data-alerts-watched", String(own.filter(function (o) { return o.watched; }).length));
+    }
+    function inside(u, at) {
+      if (at === null) return null;
+      var x = u.valToPos(at, "x", true);
+      var box = u.bbox;
+      return isFinite(x) && x >= box.left && x <= box.left + box.width ? x : null;
+    }
     return {
       hooks: {
         draw: [function (u) {
@@ -446,16 +597,13 @@
           var box = u.bbox;
           var dpr = window.devicePixelRatio || 1;
           ctx.save();
-          ctx.lineWidth = Math.max(1, dpr);
           var drawn = 0;
           ctx.strokeStyle = "rgba(106,61,154,0.9)";
           ctx.lineWidth = Math.max(1.5, 1.5 * dpr);
           ctx.setLineDash([8 * dpr, 3 * dpr, 2 * dpr, 3 * dpr]);
           restarts.forEach(function (m) {
-            var at = toX(spec, m.run, m.x);
-            if (at === null) return;
-            var x = u.valToPos(at, "x", true);
-            if (!isFinite(x) || x < box.left || x > box.left + box.width) return;
+            var x = inside(u, toX(spec, m.run, m.x));
+            if (x === null) return;
             ctx.beginPath();
             ctx.moveTo(x, box.top);
             ctx.lineTo(x, box.top + box.height);
@@ -464,25 +612,37 @@
           });
           if (figure && spec.xUnit === "step") figure.setAttribute("data-restarts-drawn", String(drawn));
           ctx.lineWidth = Math.max(1, dpr);
-          own.forEach(function (a) {
-            var at = toX(spec, a.run, a.x);
-            if (at === null) return;
-            var x = u.valToPos(at, "x", true);
-            if (x < box.left || x > box.left + box.width) return;
-            ctx.strokeStyle = a.state === "resolved" ? "rgba(44,160,44,0.85)" : "rgba(214,39,40,0.9)";
+          var markers = 0;
+          var lines = 0;
+          own.forEach(function (o) {
+            var a = o.a;
+            var x = inside(u, toX(spec, a.run, a.x));
+            if (x === null) return;
+            var color = a.state === "resolved" ? "rgba(44,160,44,0.9)" : "rgba(214,39,40,0.9)";
+            ctx.strokeStyle = color;
             ctx.setLineDash([4 * dpr, 3 * dpr]);
             ctx.beginPath();
             ctx.moveTo(x, box.top);
             ctx.lineTo(x, box.top + box.height);
             ctx.stroke();
+            if (!o.watched) {
+              lines++;
+              return;
+            }
+            var y = a.value !== null && a.value !== undefined ? u.valToPos(a.value, "y", true) : NaN;
+            if (!isFinite(y) || y < box.top || y > box.top + box.height) y = box.top + 7 * dpr;
+            ctx.setLineDash([]);
+            ctx.fillStyle = color;
+            ctx.strokeStyle = "#ffffff";
+            diamond(ctx, x, y, 6 * dpr);
+            markers++;
           });
           ctx.setLineDash([]);
           ctx.fillStyle = "rgba(214,39,40,0.95)";
+          var nonfinite = 0;
           bad.forEach(function (b) {
-            var at = toX(spec, b.run, b.x);
-            if (at === null) return;
-            var x = u.valToPos(at, "x", true);
-            if (x < box.left || x > box.left + box.width) return;
+            var x = inside(u, toX(spec, b.run, b.x));
+            if (x === null) return;
             var y = box.top + box.height;
             ctx.beginPath();
             ctx.moveTo(x, y - 7 * dpr);
@@ -490,28 +650,45 @@
             ctx.lineTo(x + 4 * dpr, y);
             ctx.closePath();
             ctx.fill();
+            nonfinite++;
           });
           ctx.restore();
+          if (figure) {
+            figure.setAttribute("data-alert-markers", String(markers));
+            figure.setAttribute("data-alert-lines", String(lines));
+            figure.setAttribute("data-nonfinite-drawn", String(nonfinite));
+          }
         }],
         setCursor: [function (u) {
           if (!hoverBox) return;
           var left = u.cursor.left;
-          var text = "";
+          var parts = [];
           function near(run, step) {
             var at = toX(spec, run, step);
             return at !== null && Math.abs(u.valToPos(at, "x") - left) <= 4;
           }
           if (left !== null && left !== undefined && left >= 0) {
             restarts.forEach(function (m) {
-              if (near(m.run, m.x)) text += (text ? " · " : "") + "step " + m.x + " " + m.text;
+              if (near(m.run, m.x)) parts.push("step " + m.x + " " + m.text);
             });
-            own.forEach(function (a) {
+            own.forEach(function (o) {
+              var a = o.a;
               if (near(a.run, a.x)) {
-                text += (text ? " · " : "") + "step " + a.x + " " + a.state + " " + a.rule + ": " + a.message;
+                parts.push("step " + a.x + " " + a.state + " " + a.rule +
+                  (a.value !== null && a.value !== undefined && o.watched ? " (" + fmt(a.value) + ")" : "") +
+                  ": " + a.message);
               }
             });
+            bad.forEach(function (b) {
+              if (near(b.run, b.x)) parts.push("step " + b.x + " " + (b.metric || "") + ": NaN/Inf");
+            });
+            if (ranks.length) {
+              var text = ranksText(ranks, u.posToVal(left, "x"), spec.bands.length > 1);
+              if (text) parts.push(text);
+            }
           }
-          hoverBox.textContent = text;
+          hoverBox.textContent = parts.join(" · ");
+          if (figure && parts.length) figure.setAttribute("data-hover", hoverBox.textContent);
         }],
       },
     };
@@ -536,13 +713,23 @@
   function baseOptions(spec, el, series, logY, xs) {
     var unit = unitOf(spec);
     var figure = el.closest("figure");
+    var wall = unit === "wall";
+    var xLabel = wall ? "wall time (since each run's start)" : unit;
+    var xAxis = { label: xLabel, values: axisValues };
+    if (wall) {
+      xAxis.values = function (u, values) { return values.map(fmtDuration); };
+      xAxis.incrs = WALL_INCRS;
+    }
     return {
       width: Math.max(320, el.clientWidth || 640),
       height: HEIGHT,
-      series: [{ label: unit, value: function (u, v) { return v === null ? "–" : fmt(v); } }].concat(series),
+      series: [{
+        label: wall ? "wall time" : unit,
+        value: function (u, v) { return v === null ? "–" : wall ? fmtDuration(v) : fmt(v); },
+      }].concat(series),
       scales: { x: xScale(xs), y: logY ? { distr: 3, range: yRangeLog } : { range: yRange } },
       axes: [
-        { label: unit, values: axisValues },
+        xAxis,
         { label: spec.yLabel, size: 64, values: axisValues },
       ],
       cursor: { sync: { key: "x:" + unit, setSeries: false }, drag: { x: true, y: false } },
@@ -607,21 +794,26 @@
 
   function stackedChart(spec, el) {
     var st = spec.stack;
-    var n = st.x.length;
-    var data = [st.x];
+    var lines = [st.total, st.totalMax].filter(function (line) { return !!line; });
+    var cols = mapColumns(spec, st.run, st.x, st.parts.map(function (p) { return p.values; })
+      .concat(lines.map(function (line) { return line.values; })));
+    var xs = cols[0];
+    var n = xs.length;
+    var data = [xs];
     var raw = [null];
     var series = [];
     var bands = [];
     var sum = new Array(n).fill(0);
-    var total = st.total ? st.total.values : null;
+    var total = st.total ? cols[1 + st.parts.length] : null;
     function share(v, idx) {
       if (!total || total[idx] === null || !total[idx]) return "";
       return " (" + (100 * v / total[idx]).toFixed(1) + "%)";
     }
     st.parts.forEach(function (p, i) {
-      sum = sum.map(function (c, j) { var v = p.values[j]; return c + (v === null ? 0 : v); });
+      var values = cols[1 + i];
+      sum = sum.map(function (c, j) { var v = values[j]; return c + (v === null ? 0 : v); });
       data.push(sum.slice());
-      raw.push(p.values);
+      raw.push(values);
       series.push({
         label: p.label,
         stroke: p.color,
@@ -635,37 +827,37 @@
       });
       if (i > 0) bands.push({ series: [i + 1, i], fill: withAlpha(p.color, 0.75) });
     });
-    [st.total, st.totalMax].forEach(function (line, k) {
-      if (!line) return;
-      data.push(line.values);
-      raw.push(line.values);
+    lines.forEach(function (line, k) {
+      var values = cols[1 + st.parts.length + k];
+      data.push(values);
+      raw.push(values);
       series.push({
         label: line.label,
-        stroke: k === 0 ? "#222222" : "#888888",
-        width: k === 0 ? 1.5 : 1,
-        dash: k === 0 ? undefined : [4, 3],
+        stroke: line === st.total ? "#222222" : "#888888",
+        width: line === st.total ? 1.5 : 1,
+        dash: line === st.total ? undefined : [4, 3],
         value: function (u, v) { return v === null ? "–" : fmt(v) + " ms"; },
       });
     });
-    var opts = baseOptions(spec, el, series, false, st.x);
+    var opts = baseOptions(spec, el, series, false, xs);
     opts.bands = bands;
     opts.scales.y = { range: function (u, min, max) { return [0, max > 0 ? max * 1.05 : 1]; } };
     return new uPlot(opts, data, el);
   }
 
+  // Min–max over ranks filled, the mean drawn on top; hovering names the slowest rank there.
   function bandChart(spec, el) {
     var tables = [];
     var series = [];
     var bands = [];
     var index = 1;
     spec.bands.forEach(function (b) {
-      var table = [b.x, b.min, b.max];
+      var table = mapColumns(spec, b.run, b.x, b.mean ? [b.min, b.max, b.mean] : [b.min, b.max]);
       series.push({ label: b.label + " min", stroke: withAlpha(b.color, 0.6), width: 1, value: function (u, v) { return fmt(v); } });
       series.push({ label: b.label + " max", stroke: withAlpha(b.color, 0.6), width: 1, value: function (u, v) { return fmt(v); } });
       bands.push({ series: [index + 1, index], fill: withAlpha(b.color, 0.18) });
       index += 2;
       if (b.mean) {
-        table.push(b.mean);
         series.push({ label: b.label + " mean", stroke: b.color, width: 1.5, value: function (u, v) { return fmt(v); } });
         index += 1;
       }
@@ -704,7 +896,7 @@
     var el = figure.querySelector(".plot");
     try {
       var entry = { spec: spec, xUnit: unitOf(spec), u: build(spec, el, false), figure: figure, logY: false };
-      if (spec.xUnit === "step") exposeUnit(figure, spec);
+      exposeUnit(figure, spec);
       entry.range = dataRange(entry.u);  // replaced by uPlot's committed range once drawn
       plots.push(entry);
       figure.setAttribute("data-rendered", "1");
@@ -790,8 +982,13 @@
     });
     body.setAttribute("data-charts", String(drawn));
     ready = true;
-    if (hashGet(SELFTEST) !== null) selfTest(function () { body.setAttribute("data-ready", "1"); });
-    else body.setAttribute("data-ready", "1");
+    function done() {
+      // milliseconds from the page's navigation to its charts drawn (benchmarks read it)
+      body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
+      body.setAttribute("data-ready", "1");
+    }
+    if (hashGet(SELFTEST) !== null) selfTest(done);
+    else done();
   }, 0);
 
   // -- a live page (trainmon report --serve: assets/live.js changes the specs' data) --------
