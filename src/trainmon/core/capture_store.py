@@ -89,10 +89,14 @@ class CaptureStore:
         return joined.reshape(-1)
 
     def take(self, key: str, count: int) -> list[Number]:
-        """The next ``count`` values of ``key``'s stream, in call order (background thread)."""
+        """The next ``count`` values of ``key``'s stream, in call order (background thread):
+        the blocks needed, joined and read in one ``tolist``."""
         with self._lock:
             stream = self._streams[key]
-            while len(stream.read) - stream.read_at < count:
+            left = stream.read[stream.read_at :]
+            have = len(left)
+            blocks = []
+            while have < count:
                 if stream.blocks:
                     block = stream.blocks.popleft()
                 else:
@@ -101,16 +105,13 @@ class CaptureStore:
                         raise LookupError(f"{key}: {count} values asked, fewer captured")
                     del stream.loose[: len(copies)]
                     block = self._joined(copies, stream.dims)
-                rest = stream.read[stream.read_at :]
-                rest.extend(_numbers(block))
-                stream.read, stream.read_at = rest, 0
-            start = stream.read_at
-            taken = stream.read[start : start + count]
-            if start + count == len(stream.read):
-                stream.read, stream.read_at = [], 0
-            else:
-                stream.read_at = start + count
-            return taken
+                blocks.append(block)
+                have += block.numel()
+            if blocks:
+                joined = blocks[0] if len(blocks) == 1 else self._torch.cat(blocks)
+                left.extend(_numbers(joined))
+            stream.read, stream.read_at = (left, count) if have > count else ([], 0)
+            return left[:count] if have > count else left
 
 
 def _numbers(block: Any) -> list[Number]:
