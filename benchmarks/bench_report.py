@@ -136,7 +136,7 @@ def work_trainmon(data: Path, out: Path, source: str, command: str) -> dict[str,
 
     path = data / ("tensorboard" if source == "tb" else "journal") / "ds_job"
     began = time.perf_counter()
-    run = load_run(path)
+    run = load_run(path, clock=command != "summary")  # as the commands read it
     summary = summarize(run)
     size = None
     if command == "summary":

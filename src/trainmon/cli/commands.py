@@ -22,8 +22,9 @@ from trainmon.report.text import render_compare, render_hparam_differences, rend
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
 
 
-def _load(path: str, name: str | None = None, *, fast: bool = False) -> Run:
-    run = load_run(path, name, verify=not fast)
+def _load(path: str, name: str | None = None, *, fast: bool = False, clock: bool = True) -> Run:
+    """``clock=False``: no time per step (the report's wall-time axis; tables need none)."""
+    run = load_run(path, name, verify=not fast, clock=clock)
     run.require_metrics()
     return run
 
@@ -52,7 +53,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def summary(args: argparse.Namespace) -> int:
     """Print the summary table of one run."""
-    run = _load(args.run, fast=args.fast)
+    run = _load(args.run, fast=args.fast, clock=False)
     if args.json:
         sys.stdout.buffer.write(summary_json([run]))
         sys.stdout.flush()
@@ -125,7 +126,7 @@ def _serve(args: argparse.Namespace, names: list[str | None]) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     """Print two runs' key figures side by side with the relative change."""
-    runs = [_load(args.a, fast=args.fast), _load(args.b, fast=args.fast)]
+    runs = [_load(path, fast=args.fast, clock=False) for path in (args.a, args.b)]
     _unique_names(runs)
     a, b = (summarize(run) for run in runs)
     rows = compare_runs(a, b)

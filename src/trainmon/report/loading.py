@@ -33,18 +33,26 @@ from trainmon.report.wallclock import StepClock
 _MAX_EVENT_FILES = 10_000
 
 
-def load_run(path: str | os.PathLike[str], name: str | None = None, *, verify: bool = True) -> Run:
+def load_run(
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    *,
+    verify: bool = True,
+    clock: bool = True,
+) -> Run:
     """Read the run at ``path``; :class:`RunError` (saying what was looked for) if none is.
 
-    ``verify=False`` skips the CRC checks of TensorBoard event files (the CLI's ``--fast``).
+    ``verify=False`` skips the CRC checks of TensorBoard event files (the CLI's ``--fast``);
+    ``clock=False`` keeps no time per step of a journal (:attr:`Run.clock`: the report's
+    wall-time axis; ``summary`` and ``compare`` do without, 16 bytes a step less).
     """
-    return settle(_load_run(Path(path), name, verify=verify))
+    return settle(_load_run(Path(path), name, verify=verify, clock=clock))
 
 
-def _load_run(target: Path, name: str | None, *, verify: bool) -> Run:
+def _load_run(target: Path, name: str | None, *, verify: bool, clock: bool = True) -> Run:
     journal, note = find_journal(target)
     if journal is not None:
-        run = load_journal(journal, name or (target.name if note else None))
+        run = load_journal(journal, name or (target.name if note else None), clock=clock)
         if note:
             run.notes.append(note)
         return run
@@ -119,14 +127,14 @@ def _event_files(folder: Path) -> list[Path]:
 # ---- the JSONL journal ---------------------------------------------------------------------
 
 
-def load_journal(path: Path, name: str | None = None) -> Run:
+def load_journal(path: Path, name: str | None = None, *, clock: bool = True) -> Run:
     """Read a journal in one streaming pass (orjson per line, a few MB in memory at a time);
     see :mod:`trainmon.journal` for the schema."""
     try:
         open(path, "rb").close()
     except OSError as exc:
         raise RunError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    reader = JournalReader(path, name)
+    reader = JournalReader(path, name, clock=clock)
     reader.feed(journal_lines(path))
     return reader.run()
 
@@ -142,7 +150,7 @@ class JournalReader:
     Values are kept as :class:`~trainmon.report.columns.Columns` do, never per-point objects.
     """
 
-    def __init__(self, path: Path, name: str | None = None) -> None:
+    def __init__(self, path: Path, name: str | None = None, *, clock: bool = True) -> None:
         self.path = path
         self.name = name
         self.columns = Columns()
@@ -160,8 +168,9 @@ class JournalReader:
         self.lines = 0
         self.cutoffs = Timeline.from_file(path)
         self.clock = ClockMend()
-        self.times = StepClock()
-        """When each step was first logged (the report's wall-time axis), 16 bytes a step."""
+        self.times = StepClock() if clock else None
+        """When each step was first logged (the report's wall-time axis), 16 bytes a step;
+        None when not asked for."""
         self.orphans = 0
 
     def feed(self, lines: Iterable[tuple[int, bytes]]) -> None:
@@ -181,7 +190,7 @@ class JournalReader:
         pending = self.pending
         cutoffs = self.cutoffs
         clock = self.clock
-        note_time = self.times.add
+        note_time = self.times.add if self.times is not None else None
         orphans = self.orphans
         number = self.lines
         try:
@@ -216,9 +225,10 @@ class JournalReader:
                         bad.append(number)
                         continue
                     columns.add(list(values), step, tuple(values.values()))
-                    when = record.get("time")
-                    if when.__class__ is float or when.__class__ is int:
-                        note_time(step, when)
+                    if note_time is not None:
+                        when = record.get("time")
+                        if when.__class__ is float or when.__class__ is int:
+                            note_time(step, when)
                     if steps is None:
                         if step > seen_max:
                             seen_max = step
@@ -276,7 +286,7 @@ class JournalReader:
             start_time=_time_of(self.first),
             end_time=_time_of(self.latest),
             step_count=len(self.steps) if self.steps is not None else self.step_count,
-            clock=self.times.settle() if len(self.times) else None,
+            clock=self.times.settle() if self.times else None,
         )
         if cut_short:
             run.notes.append(
