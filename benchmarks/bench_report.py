@@ -22,6 +22,13 @@ metrics per step and a window every 50 steps) and runs ``trainmon summary``, ``t
 report`` and ``trainmon goodput`` on it, each in its own process, printing seconds, peak RSS
 and peak RSS / file size; ``--src`` runs them on another checkout's ``src`` (e.g. the code
 before a change) for a side by side comparison.
+
+Page: ``--page [--scalars N] [--repeat R] [--appends A] [--append-steps S]`` writes a journal of
+N scalars (default 1,000,000) and prints a table: the size of ``trainmon report``'s page, the
+time headless Chromium takes to run its scripts (from navigation to every chart drawn, the
+page's ``body[data-ready-ms]``; median of at least 3 loads; skipped without Chromium), and what
+one poll of ``trainmon report --serve`` costs the server after S steps are appended (reading
+the new lines, then ``data.json``), median of A polls.
 """
 
 from __future__ import annotations
@@ -171,8 +178,68 @@ def work_goodput(data: Path) -> dict[str, Any]:
     return {"seconds": seconds, "scalars": steps * len(METRICS), "means": {}}
 
 
+def work_page(data: Path, out: Path, appends: int, append_steps: int) -> dict[str, Any]:
+    """``trainmon report`` of the journal (seconds, page bytes), then ``--serve``'s work per
+    poll while the run grows: ``append_steps`` steps appended ``appends`` times, each followed
+    by what a poll costs the server (read the new lines, then data.json: the points since the
+    page's version, the overview and tables rendered again), timed apart from the writing."""
+    import orjson
+
+    from trainmon.report import load_run, write_report
+    from trainmon.report.live import LiveRuns
+
+    journal = data / "journal" / "ds_job"
+    began = time.perf_counter()
+    run = load_run(journal)
+    page = write_report([run], out / "page.html")
+    seconds = time.perf_counter() - began
+    scalars = run.scalar_count
+    del run
+    began = time.perf_counter()
+    live = LiveRuns([str(journal)], [None])
+    start_s = time.perf_counter() - began
+    began = time.perf_counter()
+    full = orjson.dumps(live.updates(0, full=True))
+    full_s = time.perf_counter() - began
+    rng = random.Random(1)
+    path = journal / "metrics.jsonl"
+    last = live.runs[0].series[METRICS[0]].steps[-1]
+    version = live.version
+    polls: list[dict[str, Any]] = []
+    for _ in range(appends):
+        lines = journal_records(last + 1, append_steps, time.time(), rng)
+        last += append_steps
+        with open(path, "ab") as f:
+            f.write(b"\n".join(lines) + b"\n")
+        began = time.perf_counter()
+        assert live.refresh()
+        refreshed = time.perf_counter()
+        body = orjson.dumps(live.updates(version))
+        done = time.perf_counter()
+        update = orjson.loads(body)
+        assert update["mode"] == "append", update.get("mode")
+        version = update["version"]
+        polls.append(
+            {"read_s": refreshed - began, "update_s": done - refreshed, "bytes": len(body)}
+        )
+    return {
+        "seconds": seconds,
+        "scalars": scalars,
+        "means": {},
+        "page": str(page),
+        "page_bytes": page.stat().st_size,
+        "serve_start_s": start_s,
+        "full_update_s": full_s,
+        "full_update_bytes": len(full),
+        "polls": polls,
+    }
+
+
 def worker_main(name: str, data: Path, out: Path) -> None:
-    if name == "trainmon-goodput-journal":
+    if name.startswith("trainmon-page-"):  # trainmon-page-<appends>x<steps>
+        appends, steps = map(int, name.removeprefix("trainmon-page-").split("x"))
+        result = work_page(data, out, appends, steps)
+    elif name == "trainmon-goodput-journal":
         result = work_goodput(data)
     elif name == "event_accumulator":
         result = work_event_accumulator(data, out)
@@ -183,50 +250,58 @@ def worker_main(name: str, data: Path, out: Path) -> None:
     harness.emit_result(result)
 
 
-def write_journal(path: Path, megabytes: float) -> int:
-    """A journal of about ``megabytes`` MB as a Monitor writes it (JsonlWriter's record shapes,
-    written with orjson directly for speed); returns the number of scalars."""
+def journal_records(first: int, steps: int, start: float, rng: random.Random) -> list[bytes]:
+    """The lines a Monitor writes for steps ``first`` .. ``first + steps - 1`` (ten metrics per
+    step, a window record every 50 steps; JsonlWriter's record shapes, written with orjson)."""
+    import orjson
+
+    lines = []
+    window: dict[str, list[float]] = {}
+    for step in range(first, first + steps):
+        values = {m: value(i, step, rng) for i, m in enumerate(METRICS)}
+        record = {"v": 1, "kind": "scalars", "step": step, "time": start + step * 0.01}
+        record["values"] = values
+        lines.append(orjson.dumps(record))
+        for m, v in values.items():
+            window.setdefault(m, []).append(v)
+        if step % 50 == 0:
+            stats = {
+                m: {"count": len(vs), "mean": statistics.fmean(vs), "min": min(vs),
+                    "max": max(vs), "last": vs[-1]}
+                for m, vs in window.items()
+            }  # fmt: skip
+            lines.append(
+                orjson.dumps(
+                    {"v": 1, "kind": "window", "first_step": step - 49, "last_step": step,
+                     "start_time": start + (step - 49) * 0.01,
+                     "end_time": start + step * 0.01, "stats": stats}
+                )
+            )  # fmt: skip
+            window = {}
+    return lines
+
+
+def write_journal(path: Path, megabytes: float, scalars: int | None = None) -> int:
+    """A journal of about ``megabytes`` MB (or of ``scalars`` values, a multiple of ten) as a
+    Monitor writes it; returns the number of scalars."""
     import orjson
 
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(0)
     limit = megabytes * 1e6
-    written = scalars = 0
+    steps_wanted = scalars // len(METRICS) if scalars is not None else None
+    written = step = 0
     start = time.time()
     with open(path, "wb") as f:
         meta = {"v": 1, "kind": "meta", "time": start, "job": "ds_job", "rank": 0}
         f.write(orjson.dumps(meta) + b"\n")
-        step = 0
-        window: dict[str, list[float]] = {}
-        while written < limit:
-            chunk = []
-            for _ in range(1000):
-                step += 1
-                values = {m: value(i, step, rng) for i, m in enumerate(METRICS)}
-                scalars += len(values)
-                record = {"v": 1, "kind": "scalars", "step": step, "time": start + step * 0.01}
-                record["values"] = values
-                chunk.append(orjson.dumps(record))
-                for m, v in values.items():
-                    window.setdefault(m, []).append(v)
-                if step % 50 == 0:
-                    stats = {
-                        m: {"count": len(vs), "mean": statistics.fmean(vs), "min": min(vs),
-                            "max": max(vs), "last": vs[-1]}
-                        for m, vs in window.items()
-                    }  # fmt: skip
-                    chunk.append(
-                        orjson.dumps(
-                            {"v": 1, "kind": "window", "first_step": step - 49, "last_step": step,
-                             "start_time": start + (step - 49) * 0.01,
-                             "end_time": start + step * 0.01, "stats": stats}
-                        )
-                    )  # fmt: skip
-                    window = {}
-            data = b"\n".join(chunk) + b"\n"
+        while written < limit and (steps_wanted is None or step < steps_wanted):
+            count = 1000 if steps_wanted is None else min(1000, steps_wanted - step)
+            data = b"\n".join(journal_records(step + 1, count, start, rng)) + b"\n"
+            step += count
             f.write(data)
             written += len(data)
-    return scalars
+    return step * len(METRICS)
 
 
 def memory_main(megabytes: float, src: Path | None, base: Path) -> int:
@@ -256,6 +331,102 @@ def memory_main(megabytes: float, src: Path | None, base: Path) -> int:
             f"= {rss * 1048576 / size:.2f} x the journal"
         )
     return 0
+
+
+# ---- the page: size, load time in Chromium, --serve's incremental update ----------------------
+
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
+
+
+def chromium_load(page: Path, profile: Path) -> dict[str, Any]:
+    """Open ``page`` in headless Chromium (offline, a fresh profile) and read what its scripts
+    say when done: ``data-ready-ms`` (navigation to every chart drawn, by the page's clock),
+    the charts drawn and errors; ``process_s``: Chromium's whole run, start-up included."""
+    import re
+
+    binary = next((found for name in CHROMIUM if (found := shutil.which(name))), None)
+    if binary is None:
+        return {"error": "headless Chromium not installed"}
+    command = [
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=60000", "--window-size=1400,1800", "--dump-dom", page.as_uri(),
+    ]  # fmt: skip
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    process_s = time.perf_counter() - began
+    shutil.rmtree(profile, ignore_errors=True)
+    body = re.search(r"<body\b[^>]*>", done.stdout)
+    if done.returncode != 0 or body is None:
+        return {"error": f"chromium exited {done.returncode}: {done.stderr[-300:]}"}
+    attributes = dict(re.findall(r'([\w-]+)="([^"]*)"', body.group(0)))
+    if attributes.get("data-ready") != "1":
+        return {"error": "the page's scripts did not finish"}
+    return {
+        "ready_ms": float(attributes["data-ready-ms"]),
+        "charts": int(attributes.get("data-charts", "0")),
+        "errors": int(attributes.get("data-errors", "0")),
+        "process_s": process_s,
+    }
+
+
+def page_main(scalars: int, repeat: int, base: Path, appends: int, steps: int) -> int:
+    """The report page of a journal of ``scalars`` values: its size, the time Chromium takes
+    to run its scripts (median of ``repeat`` loads), and ``--serve``'s work per poll."""
+    journal = base / "journal" / "ds_job" / "metrics.jsonl"
+    began = time.perf_counter()
+    scalars = write_journal(journal, math.inf, scalars=scalars)
+    print(
+        f"journal {journal.stat().st_size / 1e6:.0f} MB, {scalars:,} scalars "
+        f"({scalars // len(METRICS):,} steps x {len(METRICS)} metrics), written in "
+        f"{time.perf_counter() - began:.0f} s; python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    args = ["--worker", f"trainmon-page-{appends}x{steps}", "--data", str(base), "--out", str(base)]
+    result = harness.run_worker(__file__, args)
+    if "error" in result:
+        print(f"page worker failed: {result['error']}")
+        return 1
+    assert result["scalars"] == scalars, (result["scalars"], scalars)
+    loads = [chromium_load(Path(result["page"]), base / f"profile-{i}") for i in range(repeat)]
+    rows = [
+        ("HTML page (trainmon report)", f"{result['page_bytes'] / 1e6:.2f} MB", ""),
+        ("trainmon report: read the run + write the page", f"{result['seconds']:.2f} s", ""),
+    ]
+    failed = next((r["error"] for r in loads if "error" in r), None)
+    if failed is None:
+        ready = statistics.median(r["ready_ms"] for r in loads)
+        process = statistics.median(r["process_s"] for r in loads)
+        spread = f"{min(r['ready_ms'] for r in loads):.0f}-{max(r['ready_ms'] for r in loads):.0f}"
+        drawn = loads[0]["charts"]
+        errors = sum(r["errors"] for r in loads)
+        rows += [
+            ("Chromium: page load to every chart drawn", f"{ready:.0f} ms",
+             f"median of {repeat} ({spread} ms); {drawn} charts, {errors} errors"),
+            ("Chromium: whole headless run (start-up included)", f"{process:.2f} s", ""),
+        ]  # fmt: skip
+    else:
+        rows.append(("Chromium: page load", "skipped", failed))
+    polls = result["polls"]
+    read = statistics.median(p["read_s"] for p in polls) * 1e3
+    update = statistics.median(p["update_s"] for p in polls) * 1e3
+    size = statistics.median(p["bytes"] for p in polls) / 1e3
+    each = f"{steps} steps ({steps * len(METRICS):,} values) appended"
+    rows += [
+        ("--serve: start (read the journal)", f"{result['serve_start_s']:.2f} s", ""),
+        ("--serve: full data.json (every chart)", f"{result['full_update_s'] * 1e3:.0f} ms",
+         f"{result['full_update_bytes'] / 1e6:.2f} MB"),
+        ("--serve poll: read the appended lines", f"{read:.1f} ms",
+         f"median of {len(polls)} polls, {each}"),
+        ("--serve poll: data.json since the page's version", f"{update:.0f} ms",
+         f"{size:.0f} kB (new points, overview and tables)"),
+        ("--serve poll: total", f"{read + update:.0f} ms", ""),
+    ]  # fmt: skip
+    print()
+    harness.print_columns([("what", -50), ("value", 10), ("", -1)], rows, rule=True)
+    print(f"(worker peak RSS {result['peak_rss_mb']:.0f} MB)")
+    return 0 if failed is None or "not installed" in failed else 1
 
 
 # ---- the driver -----------------------------------------------------------------------------
@@ -297,6 +468,18 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="generate into this folder and keep it")
     parser.add_argument("--journal-mb", type=float, help="memory mode: journal of this size")
     parser.add_argument("--src", type=Path, help="memory mode: run this src tree instead")
+    parser.add_argument(
+        "--page",
+        action="store_true",
+        help="the report page of a run of --scalars values: size, load time in headless "
+        "Chromium, --serve's work per poll",
+    )
+    parser.add_argument(
+        "--appends", type=int, default=10, help="page mode: polls timed (default 10)"
+    )
+    parser.add_argument(
+        "--append-steps", type=int, default=100, help="page mode: steps appended per poll"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -306,6 +489,14 @@ def main() -> int:
         return 0
     base = args.keep or Path(tempfile.mkdtemp(prefix="trainmon-bench-report-"))
     base.mkdir(parents=True, exist_ok=True)
+    if args.page:
+        try:
+            return page_main(
+                args.scalars, max(args.repeat, 3), base, args.appends, args.append_steps
+            )
+        finally:
+            if args.keep is None:
+                shutil.rmtree(base, ignore_errors=True)
     if args.journal_mb:
         try:
             return memory_main(args.journal_mb, args.src, base)

@@ -4,7 +4,8 @@ run's start, a pause kept as a jump), one column per run in the overview's table
 served), alerts drawn as markers on the chart of the metric their rule watches, NaN/Inf points
 drawn as markers on every chart kind, and the rank bands naming the slowest rank on hover.
 Also, without a browser: the per-step clock the wall axis is drawn from (packed arrays, one
-time per step) and its down-sampling. Browser tests are skipped when Chromium is missing."""
+time per step), its down-sampling, and the clock's tail a live poll sends. Browser tests are
+skipped when Chromium is missing."""
 
 from __future__ import annotations
 
@@ -188,6 +189,30 @@ def test_deepspeed_event_files_have_a_clock_on_samples(tmp_path: Path) -> None:
     assert len(run.clock) == len(run.series["Train/Samples/train_loss"])
 
 
+def test_a_live_update_sends_the_clock_since_the_pages_version(tmp_path: Path) -> None:
+    """``--serve``: a poll after steps 41-42 were appended sends the clock of those two steps
+    alone (a tail the page appends); a full update sends the whole axis."""
+    from trainmon.report.live import LiveRuns
+
+    folder = fast_run(tmp_path)
+    runs = LiveRuns([str(folder)], [None])
+    first = runs.version
+    with open(folder / "metrics.jsonl", "a") as f:
+        for step in (41, 42):
+            f.write(_line(step, T0 + 2 * step + PAUSE, {"train/loss": 0.05}) + "\n")
+    assert runs.refresh()
+    update = runs.updates(first)
+    assert update["mode"] == "append"
+    assert update["runs"][0]["wall"] == {
+        "x": [41, 42],
+        "y": [elapsed(41), elapsed(42)],
+        "unit": "step",
+        "tail": True,
+    }
+    whole = runs.updates(first, full=True)["runs"][0]["wall"]
+    assert whole["x"] == list(range(1, 43)) and "tail" not in whole
+
+
 # ---- in the browser ----------------------------------------------------------------------------
 
 
@@ -343,3 +368,30 @@ def test_the_served_page_has_a_column_per_run_and_the_wall_axis(tmp_path: Path) 
         assert {f["data-x-unit"] for f in shown.values()} == {"wall"}
     finally:
         server.kill()
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_served_page_on_wall_time_draws_the_steps_logged_after_it_loaded(
+    tmp_path: Path,
+) -> None:
+    """A served page opened on #x=wall while a Monitor logs a step every 50 ms: each chart
+    stays on wall time and draws more points than it had at load, the last one further
+    right (the clock's new points came with them)."""
+    from test_serve import Server, browse, config, log_steps
+
+    import trainmon
+
+    with trainmon.Monitor(config(tmp_path)) as monitor:
+        log_steps(monitor, 1, 20)
+        server = Server(tmp_path / "job")
+        try:
+            dom, _ = browse(server, monitor, "#x=wall", tmp_path / "profile")
+        finally:
+            server.kill()
+    shown = drawn(dom)
+    assert len(shown) == 4
+    for figure in shown.values():
+        assert figure["data-x-unit"] == "wall", figure
+        assert int(figure["data-points"]) > int(figure["data-points-at-load"]) >= 20, figure
+        assert float(figure["data-x-max"]) == float(figure["data-last-x"]) > 0, figure

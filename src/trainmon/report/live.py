@@ -297,7 +297,13 @@ class LiveRuns:
             "version": self.version,
             "mode": mode,
             "sections": self.sections(),
-            "runs": run_entries(runs, self.buckets, PALETTE, restarts=mode == "full"),
+            "runs": run_entries(
+                runs,
+                self.buckets,
+                PALETTE,
+                restarts=mode == "full",
+                wall_after=None if mode == "full" else self._last_steps(since),
+            ),
         }
         if mode == "full":
             out["charts"] = plan_charts(runs, self.buckets)
@@ -331,6 +337,14 @@ class LiveRuns:
             if len(steps) < length or steps[length - 1] != last:
                 return "full"  # steps inserted before the end (not rising): draw again
         return "append"
+
+    def _last_steps(self, since: int) -> list[int | None]:
+        """Per charted run, its last step at version ``since`` (None: it had none)."""
+        last: list[int | None] = [None] * len(self.charted)
+        for (index, _), (_, step) in self.history[since].series.items():
+            known = last[index]
+            last[index] = step if known is None else max(known, step)
+        return last
 
     def _tails(self, then: _Marks) -> list[dict[str, Any]]:
         out = []

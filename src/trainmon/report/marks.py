@@ -134,17 +134,31 @@ def samples_axis(run: Run, buckets: int) -> dict[str, Any] | None:
 
 
 def run_entries(
-    runs: Sequence[Run], buckets: int, palette: Sequence[str], *, restarts: bool = True
+    runs: Sequence[Run],
+    buckets: int,
+    palette: Sequence[str],
+    *,
+    restarts: bool = True,
+    wall_after: Sequence[int | None] | None = None,
 ) -> list[dict[str, Any]]:
     """What a page keeps per run: name, colour, restarts (None when not asked for), samples
-    counter and clock (``wall``: seconds since the run's start per step)."""
+    counter and clock (``wall``: seconds since the run's start per step). ``wall_after``: per
+    run, the last step a live page has the clock of; only the clock's points after it are sent
+    (marked ``"tail": true``), the whole down-sampled clock where it is None."""
+
+    def wall(index: int, run: Run) -> dict[str, Any] | None:
+        after = wall_after[index] if wall_after is not None and index < len(wall_after) else None
+        if after is not None and run.clock is not None and len(run.clock):
+            return run.clock.tail(after, run.start_time)
+        return wall_axis(run.clock, buckets, run.start_time)
+
     return [
         {
             "name": run.name,
             "color": palette[index % len(palette)],
             "restarts": restart_marks(run) if restarts else None,
             "samples": samples_axis(run, buckets),
-            "wall": wall_axis(run.clock, buckets, run.start_time),
+            "wall": wall(index, run),
         }
         for index, run in enumerate(runs)
     ]

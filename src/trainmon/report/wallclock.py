@@ -12,6 +12,7 @@ down-sampled keeping the longest pause inside each bucket (a restart's downtime 
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -75,9 +76,24 @@ class StepClock:
         self._cache = None
         return self
 
-    def start(self) -> float | None:
-        """The earliest time noted (None for an empty clock)."""
-        return min(self.times) if self.times else None
+    def origin(self, start: float | None) -> float:
+        """Where a wall axis counts from: the run's ``start``, else (none, or later than the
+        clock's first time) the clock's first time. The clock must not be empty."""
+        first = self.times[0]
+        return start if start is not None and start <= first else first
+
+    def tail(self, after: int, start: float | None) -> dict[str, Any]:
+        """The points of :func:`wall_axis` past step ``after``, every one of them (for a live
+        page that has the axis up to ``after``)."""
+        clock = self.settle()
+        at = bisect.bisect_right(clock.steps, after)
+        origin = clock.origin(start)
+        return {
+            "x": list(clock.steps[at:]),
+            "y": [round(t - origin, 6) for t in clock.times[at:]],
+            "unit": clock.unit,
+            "tail": True,
+        }
 
     def axis(self, buckets: int, start: float | None = None) -> dict[str, Any] | None:
         """See :func:`wall_axis` (computed once per length and bucket count)."""
@@ -109,7 +125,7 @@ def _axis(clock: StepClock, buckets: int, start: float | None) -> dict[str, Any]
     n = len(steps)
     if n > 1 and not all(map(operator.le, times, times[1:])):
         return None  # a clock that went back: no honest time axis
-    origin = start if start is not None and start <= times[0] else times[0]
+    origin = clock.origin(start)
     if n <= 2 * buckets:
         picks: Sequence[int] = range(n)
     else:

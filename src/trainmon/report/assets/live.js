@@ -160,7 +160,16 @@
       var info = payload.runs[i];
       if (!info) return;
       info.samples = r.samples;
-      info.wall = r.wall;
+      if (r.wall && r.wall.tail && info.wall) {  // the clock's points since the page's version
+        var last = info.wall.x.length ? info.wall.x[info.wall.x.length - 1] : -Infinity;
+        for (var k = 0; k < r.wall.x.length; k++) {
+          if (r.wall.x[k] <= last) continue;
+          info.wall.x.push(r.wall.x[k]);
+          info.wall.y.push(r.wall.y[k]);
+        }
+      } else {
+        info.wall = r.wall && r.wall.tail ? null : r.wall;  // a tail without a clock: wait
+      }
       if (r.restarts) info.restarts = r.restarts;
     });
     if (data.mode === "full") {
