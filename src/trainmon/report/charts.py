@@ -7,7 +7,10 @@ a section, metrics that share a unit share a chart (all ``*_ms``, all ``*_mb``, 
 * ``stacked``: per run, the step-time breakdown (forward, backward, optimizer, comm, data, and
   ``other``: the step time the parts do not cover, never below 0) stacked under the step time,
   with the bucket maximum of the step time when down-sampled;
-* ``band``: per metric reduced across ranks, the min–max band over ranks with the mean line;
+* ``band``: per metric reduced across ranks, the min–max band over ranks with the mean line,
+  and per x the slowest rank (``perf/slowest_rank``) and the rank of the max
+  (``<metric>/argmax_rank``) for the page's hover; stacked and band charts list their NaN/Inf
+  points (``nonfinite``), as each line series does;
 * several runs: each metric's runs on one chart (colour = run, dash = metric).
 
 What is drawn over the charts (alerts, restarts, the samples and wall-time axes) is planned

@@ -4,7 +4,8 @@
  * version> what changed (report/live.py's LiveRuns.updates): nothing ({version} alone);
  * "append": per series the points logged since, added to its line charts (uPlot's
  * setData(data, false): the zoom a person chose stays), with the step-time breakdown and rank
- * bands planned again from their new data; "full" (a run read again from its start, a new
+ * bands planned again from their new data, and per run the times of its new steps (appended to
+ * the page's clock, for the wall-time axis); "full" (a run read again from its start, a new
  * alert, or a page far behind): every chart's data anew, drawn again keeping the zoom; a page
  * whose charts differ from the new ones (a new metric) reloads. The header's runs, the
  * overview, the alerts and the metric tables are swapped in as the server renders them. A page
