@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_browser import attribute, chart_specs, dump_dom, figures, needs_chromium
+from test_report_browser import (
+    CHROMIUM,
+    attribute,
+    chart_specs,
+    dump_dom,
+    figures,
+    needs_chromium,
+)
 
 from trainmon.report import load_run, write_report
 from trainmon.report.wallclock import StepClock, wall_axis
@@ -395,3 +402,29 @@ def test_a_served_page_on_wall_time_draws_the_steps_logged_after_it_loaded(
         assert figure["data-x-unit"] == "wall", figure
         assert int(figure["data-points"]) > int(figure["data-points-at-load"]) >= 20, figure
         assert float(figure["data-x-max"]) == float(figure["data-last-x"]) > 0, figure
+
+
+@pytest.mark.slow
+def test_the_page_benchmark_prints_its_table(tmp_path: Path) -> None:
+    """benchmarks/bench_report.py --page on a small run prints each row of its table (the
+    Chromium rows say "skipped" where Chromium is missing) and exits 0."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_report.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--page", "--scalars", "20000", "--appends", "2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for row in (
+        "HTML page (trainmon report)",
+        "Chromium: page load",
+        "--serve poll: read the appended lines",
+        "--serve poll: data.json since the page's version",
+    ):
+        assert row in done.stdout, done.stdout
+    if CHROMIUM is not None:
+        assert re.search(r"every chart drawn +\d+ ms median of 3 .*, 0 errors", done.stdout)
