@@ -95,14 +95,16 @@ class CaptureStore:
             stream = self._streams[key]
             left = stream.read[stream.read_at :]
             have = len(left)
+            kept = have + sum(block.numel() for block in stream.blocks)
+            kept += sum(copy.numel() for copy in stream.loose)
+            if kept < count:  # nothing taken: the values of later calls stay in their place
+                raise LookupError(f"{key}: {count} values asked, {kept} captured")
             blocks = []
             while have < count:
                 if stream.blocks:
                     block = stream.blocks.popleft()
                 else:
                     copies = stream.loose[:]
-                    if not copies:
-                        raise LookupError(f"{key}: {count} values asked, fewer captured")
                     del stream.loose[: len(copies)]
                     block = self._joined(copies, stream.dims)
                 blocks.append(block)

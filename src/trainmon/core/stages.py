@@ -94,8 +94,8 @@ def group_records(
     """Values by step into records, in queue order; tensors and deferred values are read in
     batches after the pass (a value that cannot be resolved is counted and skipped). Values
     of entries that hold a key of ``captures`` are taken from it, each key's at once."""
+    stored = _take_stored(batch, captures)  # first: whatever fails below, the store moves on
     read = iter(Snapshot.numbers_of([entry[3] for entry in batch if type(entry[3]) is Snapshot]))
-    stored = _take_stored(batch, captures)
     reads = _Reads(iter(()))
     place = reads.place
     records: list[StepScalars] = []
