@@ -184,6 +184,7 @@ class Monitor:
                 self.request_stop(reason)  # lands at the next step boundary
         names = self._names
         tensors: list[Any] = []
+        step = None  # stays None unless an item has a step of its own
         try:
             for item in items:  # the fast path: tuples of a known name, a number, an int step
                 if type(item) is not tuple:
@@ -211,7 +212,7 @@ class Monitor:
                     if items:
                         self._pipeline.put((time.time(), self._step, items, False), len(items))
                 elif len(tensors) == len(items):
-                    put_captured_call(self._pipeline, items, tensors, self._step)
+                    put_captured_call(self._pipeline, items, tensors, self._step, step is None)
                 else:
                     entry = (time.time(), self._step, items, capture(tensors))
                     self._pipeline.put(entry, len(items))

@@ -143,3 +143,17 @@ def test_the_store_hands_values_out_in_call_order_across_threads() -> None:
     assert taken == [float(i) for i in range(total * 2)]
     with pytest.raises(LookupError):
         store.take(keys[0], 1)
+
+
+def test_tensor_calls_with_steps_of_their_own_keep_each_items_step(tmp_path: Path) -> None:
+    """Pairs and triples mixed in one call, and triples of different steps, are not taken for
+    one step's values: each value lands at its own item's step."""
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        monitor.step = 3
+        monitor.write_events([("a", torch.tensor(1.0)), ("b", torch.tensor(2.0), 5)])
+        monitor.write_events([("c", torch.tensor(3.0), 7), ("d", torch.tensor(4.0), 8)])
+        monitor.write_events([("e", torch.tensor(5.0), 9), ("f", torch.tensor(6.0), 9)])
+    journal = _journal(tmp_path)
+    assert journal[3]["a"] == 1.0 and journal[5]["b"] == 2.0
+    assert journal[7]["c"] == 3.0 and journal[8]["d"] == 4.0
+    assert journal[9] == {"e": 5.0, "f": 6.0}

@@ -155,18 +155,16 @@ _first, _third = itemgetter(0), itemgetter(2)
 
 
 def put_captured_call(
-    pipeline: Pipeline, items: Sequence[Any], tensors: list[Any], step: int
+    pipeline: Pipeline, items: Sequence[Any], tensors: list[Any], step: int, pairs: bool
 ) -> None:
-    """Queue a checked call whose values are all tensors. Logged at one step (the default
-    ``step`` for pairs) it travels as its names alone (see :data:`~trainmon.core.entries.Entry`),
-    its one CPU copy in the pipeline's capture store; otherwise as its items with a
-    :class:`Snapshot`."""
+    """Queue a checked call whose values are all tensors (``pairs``: no item has a step of its
+    own). Logged at one step (the default ``step`` for pairs) it travels as its names alone (see
+    :data:`~trainmon.core.entries.Entry`), its one CPU copy in the pipeline's capture store;
+    otherwise as its items with a :class:`Snapshot`."""
     copy = capture(tensors, bare_cpu=True)
     whole: int | None = step
-    if len(set(map(len, items))) != 1:  # pairs and triples: each its own step
-        whole = None
-    elif len(items[0]) == 3:  # triples: one step for all (a loop's ``(name, t, k)``), or not
-        steps = set(map(_third, items))
+    if not pairs:  # triples of one step (a loop's ``(name, t, k)``), or each item at its own
+        steps = set(map(_third, items)) if len(set(map(len, items))) == 1 else ()
         whole = steps.pop() if len(steps) == 1 else None
     if whole is None:
         snapshot = copy if type(copy) is Snapshot else Snapshot(len(tensors), copy)
