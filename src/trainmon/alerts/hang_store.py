@@ -8,13 +8,19 @@ lazily, on the watchdog thread) and sets:
 * ``trainmon/hang/<job>/<rank>``: its hang record (JSON, a few kB) when a stall fires;
 * ``trainmon/state/<job>/<rank>``: ``{step, time, host, pid}``, when the step changed (at most
   once a second) and every few seconds while stalled, so a node that is gone (its state no
-  longer refreshed) can be told from one that is hung (its watchdog still refreshes it).
+  longer refreshed) can be told from one that is hung (its watchdog still refreshes it);
+* ``trainmon/hang-ranks/<job>``: the ranks that published a record, ``"<rank>,"`` appended
+  once by each (after its record and a state are set).
 
-The rank that merges the verdict reads the other ranks' keys (``check`` first, then ``get``:
-nothing blocks on an absent key) and writes each record into its own run folder, marked
-``"via": "store"``, with ``last_seen`` (the time of the rank's latest state) and ``last_state``
-(that state); while the stall lasts it refreshes both from :meth:`HangStore.states`, so the
-folder shows a rank whose state stopped refreshing (its node or agent is gone).
+The rank that merges the verdict reads that list, then the records and states of the listed
+ranks it wants in one ``multi_get`` (one round trip whatever the number of ranks), after one
+``check`` of all those keys: nothing ever blocks on an absent key (``multi_get`` would wait for
+one until the operation's timeout); should a listed key be missing, or the store lack
+``multi_get`` / ``append`` (an older torch), it reads key by key (``check``, then ``get``).
+It writes each record into its own run folder, marked ``"via": "store"``, with ``last_seen``
+(the time of the rank's latest state) and ``last_state`` (that state); while the stall lasts
+it refreshes both from :meth:`HangStore.states` (one ``check`` and one ``multi_get`` too), so
+the folder shows a rank whose state stopped refreshing (its node or agent is gone).
 
 Without torch.distributed initialised or without ``MASTER_ADDR`` /
 ``MASTER_PORT`` nothing is opened; a store that cannot be reached is given up for good after
@@ -35,7 +41,7 @@ import orjson
 
 from trainmon.logging import get_logger
 
-__all__ = ["STATE_EVERY_S", "HangStore", "hang_key", "state_key"]
+__all__ = ["STATE_EVERY_S", "HangStore", "hang_key", "ranks_key", "state_key"]
 
 _log = get_logger("alerts.hang_store")
 
@@ -61,6 +67,22 @@ def state_key(job: str, rank: int) -> str:
     return f"trainmon/state/{job}/{rank}"
 
 
+def ranks_key(job: str) -> str:
+    """``trainmon/hang-ranks/<job>``: ``"<rank>,"`` for each rank that published a record."""
+    return f"trainmon/hang-ranks/{job}"
+
+
+def _batched(store: Any) -> bool:
+    """Whether ``store`` reads and sets many keys in one round trip, and appends."""
+    names = ("multi_get", "multi_set", "append")
+    return all(callable(getattr(store, name, None)) for name in names)
+
+
+def _listed(raw: bytes) -> set[int]:
+    """The ranks of a ``trainmon/hang-ranks/<job>`` value (``b"3,17,3,"``)."""
+    return {int(part) for part in raw.split(b",") if part.strip().isdigit()}
+
+
 def _decode(raw: bytes) -> dict[str, Any] | None:
     try:
         value = orjson.loads(raw)
@@ -73,13 +95,16 @@ class HangStore:
     """A lazily opened client of the job's store; every method is a no-op without one and
     never raises (a failing store is dropped after the first error)."""
 
-    def __init__(self, job: str, rank: int) -> None:
+    def __init__(self, job: str, rank: int, *, client: Any = None) -> None:
+        """``client``: an open store client to use instead of opening one from
+        ``MASTER_ADDR:MASTER_PORT`` (tests and benchmarks)."""
         self.job = job or "job"
         self.rank = rank
-        self._store: Any = None
+        self._store: Any = client
         self._given_up = False
         self._state: tuple[int, bool] | None = None
         self._state_at = 0.0
+        self._listed = False
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -133,11 +158,32 @@ class HangStore:
             _log.warning("hang record of %d bytes not put in the job's store", len(data))
             return False
         try:
-            store.set(hang_key(self.job, self.rank), data)
+            if not _batched(store):
+                store.set(hang_key(self.job, self.rank), data)
+                return True
+            keys, values = [hang_key(self.job, self.rank)], [data]
+            if self._state is None:  # a listed rank has both keys: the reader never waits
+                keys.append(state_key(self.job, self.rank))
+                values.append(self._state_bytes(record.get("step"), stalled=True))
+            store.multi_set(keys, values)
+            if not self._listed:
+                store.append(ranks_key(self.job), f"{self.rank},")
+                self._listed = True
             return True
         except Exception as exc:
             self._fail("write to", exc)
             return False
+
+    @staticmethod
+    def _state_bytes(step: Any, *, stalled: bool) -> bytes:
+        state = {
+            "step": step,
+            "time": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "stalled": stalled,
+        }
+        return orjson.dumps(state)
 
     def publish_state(self, step: int, *, stalled: bool, now: float | None = None) -> bool:
         """Set ``{step, time, host, pid, stalled}`` when it changed (at most every
@@ -156,15 +202,8 @@ class HangStore:
         store = self._client()
         if store is None:
             return False
-        state = {
-            "step": step,
-            "time": time.time(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "stalled": stalled,
-        }
         try:
-            store.set(state_key(self.job, self.rank), orjson.dumps(state))
+            store.set(state_key(self.job, self.rank), self._state_bytes(step, stalled=stalled))
         except Exception as exc:
             self._fail("write to", exc)
             return False
@@ -179,18 +218,19 @@ class HangStore:
         """rank -> its hang record from the store (``"via": "store"``, ``"last_seen"``: the
         time of its latest state, and ``"last_state"``: that state), for the ``ranks`` whose
         key is set; records written before ``newer_than`` (a wall time) are skipped. Never
-        waits for an absent key."""
+        waits for an absent key: the listed ranks' records and states come in one
+        ``multi_get`` (four operations in all), else key by key."""
         wanted = [rank for rank in ranks if rank != self.rank]
         store = self._client() if wanted else None
         if store is None:
             return {}
         found: dict[int, dict[str, Any]] = {}
         try:
-            for rank in wanted:
-                key = hang_key(self.job, rank)
-                if not store.check([key]):
-                    continue
-                record = _decode(store.get(key))
+            pairs = self._read_batched(store, wanted) if _batched(store) else None
+            if pairs is None:
+                pairs = self._read_each(store, wanted)
+            for rank, (raw, raw_state) in pairs.items():
+                record = _decode(raw)
                 if record is None or record.get("rank") != rank:
                     continue
                 written = record.get("time")
@@ -199,8 +239,7 @@ class HangStore:
                 ):
                     continue
                 record["via"] = "store"
-                skey = state_key(self.job, rank)
-                state = _decode(store.get(skey)) if store.check([skey]) else None
+                state = _decode(raw_state) if raw_state is not None else None
                 if state is not None and isinstance(state.get("time"), int | float):
                     record["last_seen"] = state["time"]
                     record["last_state"] = state
@@ -209,16 +248,52 @@ class HangStore:
             self._fail("read from", exc)
         return found
 
+    def _read_batched(
+        self, store: Any, wanted: list[int]
+    ) -> dict[int, tuple[bytes, bytes | None]] | None:
+        """rank -> (record, state) of the ``wanted`` ranks the list names, in one
+        ``multi_get`` after one ``check`` of its keys; None when one of them is missing."""
+        index = ranks_key(self.job)
+        if not store.check([index]):
+            return {}
+        listed = _listed(store.get(index))
+        ranks = [rank for rank in wanted if rank in listed]
+        if not ranks:
+            return {}
+        keys = [key for r in ranks for key in (hang_key(self.job, r), state_key(self.job, r))]
+        if not store.check(keys):
+            return None  # a listed key is gone (the store was reset?): key by key
+        values = store.multi_get(keys)
+        return {rank: (values[2 * i], values[2 * i + 1]) for i, rank in enumerate(ranks)}
+
+    def _read_each(self, store: Any, wanted: list[int]) -> dict[int, tuple[bytes, bytes | None]]:
+        """rank -> (record, state or None), key by key (``check``, then ``get``)."""
+        pairs: dict[int, tuple[bytes, bytes | None]] = {}
+        for rank in wanted:
+            key = hang_key(self.job, rank)
+            if not store.check([key]):
+                continue
+            raw = store.get(key)
+            skey = state_key(self.job, rank)
+            pairs[rank] = (raw, store.get(skey) if store.check([skey]) else None)
+        return pairs
+
     def states(self, ranks: Iterable[int]) -> dict[int, dict[str, Any]]:
-        """rank -> its latest state, for the ``ranks`` that set one."""
-        store = self._client()
+        """rank -> its latest state, for the ``ranks`` that set one (one ``check`` and one
+        ``multi_get`` when all have, else key by key)."""
+        wanted = list(ranks)
+        store = self._client() if wanted else None
         if store is None:
             return {}
         found: dict[int, dict[str, Any]] = {}
         try:
-            for rank in ranks:
-                key = state_key(self.job, rank)
-                if store.check([key]) and (state := _decode(store.get(key))) is not None:
+            keys = [state_key(self.job, rank) for rank in wanted]
+            if _batched(store) and store.check(keys):
+                values = list(store.multi_get(keys))
+            else:
+                values = [store.get(key) if store.check([key]) else None for key in keys]
+            for rank, raw in zip(wanted, values, strict=True):
+                if raw is not None and (state := _decode(raw)) is not None:
                     found[rank] = state
         except Exception as exc:
             self._fail("read from", exc)
