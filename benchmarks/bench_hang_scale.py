@@ -14,14 +14,18 @@ server on 127.0.0.1 (a free port) in this process, ``--clients`` real clients (6
 it through a byte-counting TCP proxy, and one :class:`~trainmon.alerts.hang_store.HangStore` per
 simulated rank, rank ``r`` on client ``r % clients`` (a real rank has a connection of its own;
 the bytes of each operation are the same). Each client counts its operations. Measured, per
-rank: connecting, steady state (steps every ``--step-s`` seconds, no stall; simulated clock),
+rank: connecting, its first state, steady state (steps every ``--step-s`` seconds, no stall,
+over ``--steady-s`` simulated seconds: the state goes out at most every ``STEADY_STATE_S``),
 the stall firing (record and state once), the stall going on (the state's refresh every 5 s);
-and rank 0's reads of the others' records (``fetch``) and states (``states``) in one
-``multi_get`` and key by key (a client that hides ``multi_get``, as an older torch has none),
-with their times over a direct connection (no proxy), in interleaved rounds.
+and rank 0's reads of the others' records (``fetch``: the first copy), of their states only
+while it holds every record and one rank of the job never published (``sync``: its read every
+5 s of the stall) and of their states (``states``), in one ``multi_get`` and key by key (a
+client that hides ``multi_get``, as an older torch has none), with their times over a direct
+connection (no proxy), in interleaved rounds.
 
 Run: ``.venv/bin/python benchmarks/bench_hang_scale.py [--ranks 8 64 1024 4096]
-[--store-ranks 1024] [--clients 64] [--step-s 0.5 10] [--only verdict|store] [--json out.json]``
+[--store-ranks 1024] [--clients 64] [--step-s 0.5 10] [--steady-s 300] [--only verdict|store]
+[--json out.json]``
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 
 import harness
 from trainmon.alerts.hang import write_record
-from trainmon.alerts.hang_store import HEARTBEAT_S, OP_TIMEOUT_S, HangStore
+from trainmon.alerts.hang_store import HEARTBEAT_S, OP_TIMEOUT_S, STEADY_STATE_S, HangStore
 from trainmon.cli import main as cli
 
 INTERVAL_S = HEARTBEAT_S
@@ -237,19 +241,34 @@ def _per_rank(taken: dict[str, Any], ranks: int, scale: float = 1.0) -> dict[str
     }
 
 
-def _read(store: HangStore, what: str, world: int) -> dict[int, dict[str, Any]]:
-    """Rank 0's ``fetch`` of every other rank's record, or its ``states`` of them."""
-    return store.fetch(range(world)) if what == "fetch" else store.states(range(1, world))
+READS = ("fetch", "sync", "states")
 
 
-def _time_reads(stores: dict[str, HangStore], world: int, repeats: int) -> dict[str, list[float]]:
+def _read(
+    store: HangStore, what: str, world: int, held: dict[int, float]
+) -> dict[int, dict[str, Any]]:
+    """Rank 0's ``fetch`` of every other rank's record; its ``sync`` holding ``held`` (every
+    other rank's record), rank ``world`` of the job missing (it never published: the list is
+    read too): the states, no record; or its ``states`` of them. The states of ``sync``."""
+    if what == "fetch":
+        return store.fetch(range(world))
+    if what == "sync":
+        records, states = store.sync(range(world + 1), held)
+        assert records == {}, sorted(records)[:5]
+        return states
+    return store.states(range(1, world))
+
+
+def _time_reads(
+    stores: dict[str, HangStore], world: int, held: dict[int, float], repeats: int
+) -> dict[str, list[float]]:
     """Seconds of each read (``"<fetch|states>, <way>"`` on its store), ``repeats`` rounds,
     the reads in a fresh random order each round (after one untimed round)."""
     times: dict[str, list[float]] = {name: [] for name in stores}
 
     def run(name: str, _round: int, recorded: bool) -> None:
         began = time.perf_counter()
-        _read(stores[name], name.split(",")[0], world)
+        _read(stores[name], name.split(",")[0], world, held)
         if recorded:
             times[name].append(time.perf_counter() - began)
 
@@ -258,7 +277,12 @@ def _time_reads(stores: dict[str, HangStore], world: int, repeats: int) -> dict[
 
 
 def measure_store(
-    world: int, n_clients: int, step_times: list[float], window_s: float, repeats: int
+    world: int,
+    n_clients: int,
+    step_times: list[float],
+    window_s: float,
+    repeats: int,
+    steady_s: float = 10 * STEADY_STATE_S,
 ) -> dict[str, Any]:
     """Store traffic per rank in each phase, and rank 0's reads, at ``world`` ranks."""
     dist: Any = importlib.import_module("torch.distributed")
@@ -277,23 +301,28 @@ def measure_store(
         ranks = [HangStore("bench", r, client=clients[r % n_clients]) for r in range(world)]
         per_interval = INTERVAL_S / window_s
 
-        # steady state: every rank steps every step_s for window_s (simulated clock)
+        # the first state: set at once when the watchdog first sees a step
         t, step = 1000.0, 100
+        for store in ranks:
+            store.publish_state(step, stalled=False, now=t)
+        phases["its first state (once)"] = _per_rank(traffic.take(), world)
+        # steady state: every rank steps every step_s for steady_s (simulated clock)
         for step_s in step_times:
             began = t
-            while t < began + window_s:
+            while t < began + steady_s:
+                t, step = t + step_s, step + 1
                 for store in ranks:
                     store.publish_state(step, stalled=False, now=t)
-                t, step = t + step_s, step + 1
             phases[f"steady, a step every {step_s:g} s (per {INTERVAL_S:g} s)"] = _per_rank(
-                traffic.take(), world, per_interval
+                traffic.take(), world, INTERVAL_S / steady_s
             )
-        # the stall fires: each rank's record, then its stalled state (as the watchdog does)
+        # the stall fires: each rank's record, with its stalled state (as the watchdog does)
         wall = time.time()
         for rank, store in enumerate(ranks):
-            if store.publish_record(record(rank, world, wall)):
-                store.publish_state(step, stalled=True, now=t)
+            store.publish_record(record(rank, world, wall), now=t)
+            store.publish_state(step, stalled=True, now=t)  # said with the record: nothing
         phases["the stall fires (once)"] = _per_rank(traffic.take(), world)
+        held = {rank: float(record(rank, world, wall)["time"]) for rank in range(1, world)}
         # the stall goes on: the watchdog looks every second, the state is refreshed every 5 s
         stalled_from = t
         while t < stalled_from + window_s:
@@ -308,9 +337,9 @@ def measure_store(
         for way, hide in (("multi_get", ()), ("key by key", OLD_TORCH)):
             counted = _client(proxy.port, hide)
             rank0 = HangStore("bench", 0, client=counted)
-            for what in ("fetch", "states"):
+            for what in READS:
                 reading = Traffic(proxy, [counted])
-                got = _read(rank0, what, world)
+                got = _read(rank0, what, world, held)
                 taken = reading.take()
                 assert len(got) == world - 1, (way, what, len(got))
                 reads[f"{what}, {way}"] = {
@@ -321,7 +350,7 @@ def measure_store(
                     "bytes_down": taken["down"],
                 }
                 direct[f"{what}, {way}"] = HangStore("bench", 0, client=_client(server.port, hide))
-        for name, times in _time_reads(direct, world, repeats).items():
+        for name, times in _time_reads(direct, world, held, repeats).items():
             reads[name]["seconds"] = statistics.median(times)
             reads[name]["seconds_min"] = min(times)
             reads[name]["seconds_all"] = times
@@ -333,6 +362,8 @@ def measure_store(
         "clients": n_clients,
         "step_s": step_times,
         "window_s": window_s,
+        "steady_s": steady_s,
+        "steady_state_s": STEADY_STATE_S,
         "interval_s": INTERVAL_S,
         "per_rank": phases,
         "rank0_reads": reads,
@@ -388,7 +419,15 @@ def main() -> int:
     parser.add_argument(
         "--step-s", type=float, nargs="+", default=[0.5, 10.0], help="step times, steady state"
     )
-    parser.add_argument("--window-s", type=float, default=60.0, help="simulated time per phase")
+    parser.add_argument(
+        "--window-s", type=float, default=60.0, help="simulated time of the stall going on"
+    )
+    parser.add_argument(
+        "--steady-s",
+        type=float,
+        default=10 * STEADY_STATE_S,
+        help="simulated time of each steady-state phase",
+    )
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds of rank 0's reads")
     parser.add_argument("--only", choices=["verdict", "store"])
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -398,7 +437,7 @@ def main() -> int:
     out: dict[str, Any] = {"machine": info}
     if args.only != "verdict":
         out["store"] = measure_store(
-            args.store_ranks, args.clients, args.step_s, args.window_s, args.repeats
+            args.store_ranks, args.clients, args.step_s, args.window_s, args.repeats, args.steady_s
         )
         print_store(out["store"])
     if args.only != "store":

@@ -25,7 +25,7 @@ from trainmon.alerts.hang import (
     read_records,
     write_record,
 )
-from trainmon.alerts.hang_store import HangStore
+from trainmon.alerts.hang_store import HEARTBEAT_S, STEADY_STATE_S, HangStore
 from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.core.alert import Alert
 from trainmon.report.hang_currency import judge
@@ -125,23 +125,32 @@ def test_a_process_known_dead_is_gone_while_another_runs() -> None:
     assert list(dead_processes(reused, now)) == [1]  # that pid now names a later process
 
 
-def test_publishing_a_stall_is_not_held_back_by_the_step_limit(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The state that says "stalled" goes out with the record, not a second later: a node
-    killed right after its stall fired still shows as stalled (it owed heartbeats)."""
-    store = HangStore("job", 1)
-    sent: list[bytes] = []
+class Recorder:
+    """A store client with ``set`` only (key by key): what a rank sent, in order."""
 
-    class Recorder:
-        def set(self, key: str, value: bytes) -> None:
-            sent.append(value)
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
 
-    monkeypatch.setattr(store, "_client", lambda: Recorder())
-    assert store.publish_state(3, stalled=False, now=10.0)
-    assert not store.publish_state(4, stalled=False, now=10.5)  # steps: at most once a second
+    def set(self, key: str, value: bytes) -> None:
+        self.sent.append((key, orjson.loads(value)))
+
+    def states(self) -> list[tuple[Any, bool]]:
+        return [(v["step"], v["stalled"]) for k, v in self.sent if k.startswith("trainmon/state")]
+
+
+def test_publishing_a_stall_or_its_end_is_not_held_back_by_the_steady_limit() -> None:
+    """While steps come the state is set at most every STEADY_STATE_S; the state that says
+    "stalled" goes out at once (a node killed right after its stall fired still shows as
+    stalled: it owed heartbeats), and so does the one that says the stall resolved (a record
+    copied from the store is stale from then on: its rank's state is past its step)."""
+    client = Recorder()
+    store = HangStore("job", 1, client=client)
+    assert store.publish_state(3, stalled=False, now=10.0)  # the first: at once
+    assert not store.publish_state(4, stalled=False, now=10.5)  # steps: held back
     assert store.publish_state(4, stalled=True, now=10.6)  # the stall: at once
-    assert [orjson.loads(s)["stalled"] for s in sent] == [False, True]
+    assert store.publish_state(5, stalled=False, now=10.7)  # resolved: at once
+    assert not store.publish_state(6, stalled=False, now=11.0)
+    assert client.states() == [(3, False), (4, True), (5, False)]
 
 
 # ---- the merging rank keeps the signs of life fresh --------------------------------------------
@@ -159,22 +168,24 @@ class FakeStore:
     def publish_state(self, step: int, *, stalled: bool, now: float | None = None) -> bool:
         return True
 
-    def publish_record(self, record: dict[str, Any]) -> bool:
+    def publish_record(self, record: dict[str, Any], *, now: float | None = None) -> bool:
         return True
 
     def _state(self) -> dict[str, Any]:
         return {"step": 3, "time": self.seen, "host": "node1", "pid": 7, "stalled": True}
 
-    def fetch(self, ranks: Any, *, newer_than: float | None = None) -> dict[int, dict[str, Any]]:
+    def sync(
+        self, ranks: Any, held: Any, *, newer_than: float | None = None
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
         if 1 not in ranks:
-            return {}
+            return {}, {}
+        self.state_reads += 1
+        if 1 in held:  # its copy is held: only the state comes
+            return {}, {1: self._state()}
         record = _inside(1, time.time(), host="node1", pid=7)
         record["collective"] = None
-        return {1: {**record, "via": "store", "last_seen": self.seen, "last_state": self._state()}}
-
-    def states(self, ranks: Any) -> dict[int, dict[str, Any]]:
-        self.state_reads += 1
-        return {1: self._state()} if 1 in ranks else {}
+        copy = {**record, "via": "store", "last_seen": self.seen, "last_state": self._state()}
+        return {1: copy}, {1: self._state()}
 
 
 def test_the_merging_rank_refreshes_last_seen_and_names_the_gone_rank(
@@ -268,3 +279,52 @@ def test_a_record_from_the_store_follows_the_jobs_attempts_and_end(tmp_path: Pat
     currency = judge(run, read_records(run), now)
     assert currency.stale_reason is not None
     assert currency.stale_reason.startswith("these records predate a later attempt")
+
+
+def test_a_stepping_rank_sets_its_state_seldom_its_stall_and_its_end_at_once(
+    tmp_path: Path,
+) -> None:
+    """Through the watchdog (its clock): two minutes of steps every 0.5 s set the state 4
+    times (at most every STEADY_STATE_S); the stall sets the record and its stalled state
+    (naming the record) at once, then a heartbeat every HEARTBEAT_S; the first step after it
+    sets the resolved state at once, past the record's step."""
+    rule = trainmon.load_config(
+        {"alerts": {"rules": [{"name": "hang", "kind": "stall", "seconds": 5}]}}
+    ).alerts.rule_configs()[0]
+    client = Recorder()
+    clock, step = [100.0], [0]
+    dog = StallWatchdog(
+        [rule],
+        progress=lambda: (step[0], step[0]),
+        stack_dir=tmp_path,
+        send=lambda alert, _: None,
+        world_size=1,
+        clock=lambda: clock[0],
+        poll_s=0.01,
+        store=HangStore("job", 0, client=client),
+    )
+
+    def run(seconds: float, every: float, stepping: bool) -> None:
+        end = clock[0] + seconds
+        while clock[0] < end:
+            clock[0] += every
+            step[0] += stepping
+            dog.check()
+
+    run(120.0, 0.5, stepping=True)
+    steady = client.states()
+    assert len(steady) == 4 == 120 // STEADY_STATE_S  # not 240: one per step
+    assert [s for s, _ in steady] == [1, 61, 121, 181] and not any(x for _, x in steady)
+    stalled_at = step[0]
+    client.sent.clear()
+    run(20.0, 1.0, stepping=False)  # fires after 5 s, then 15 s of stall
+    # the step it reached, due 30 s after the last state; then the stall, at once
+    assert [key.split("/")[1] for key, _ in client.sent[:3]] == ["state", "hang", "state"]
+    record, state = client.sent[1][1], client.sent[2][1]
+    assert state["record_time"] == record["time"] and state["step"] == record["step"]
+    heartbeats = int(15 // HEARTBEAT_S)
+    assert client.states() == [(stalled_at, False)] + [(stalled_at, True)] * (1 + heartbeats)
+    client.sent.clear()
+    run(2.0, 1.0, stepping=True)
+    assert client.states() == [(stalled_at + 1, False)]  # resolved: at once, then held back
+    assert client.sent[0][1]["record_time"] == record["time"]

@@ -161,13 +161,14 @@ def test_records_and_states_go_through_the_store_and_a_dead_store_is_given_up(
         rank0, rank1 = HangStore("job", 0), HangStore("job", 1)
         assert rank1.publish_state(3, stalled=False, now=10.0)
         assert not rank1.publish_state(3, stalled=False, now=20.0)  # unchanged, not stalled
-        assert rank1.publish_record({"rank": 1, "time": time.time(), "step": 3, "path": "x"})
-        assert rank1.publish_state(3, stalled=True, now=20.5)  # changed
+        record = {"rank": 1, "time": time.time(), "step": 3, "path": "x"}
+        assert rank1.publish_record(record, now=20.5)  # and its stalled state with it
         assert not rank1.publish_state(3, stalled=True, now=21.0)
         assert rank1.publish_state(3, stalled=True, now=26.0)  # heartbeat while stalled
         found = rank0.fetch([0, 1, 2])
         assert list(found) == [1] and found[1]["via"] == "store" and "path" not in found[1]
         assert found[1]["last_seen"] == rank0.states([1])[1]["time"]
+        assert found[1]["last_state"]["record_time"] == record["time"]
         assert rank0.fetch([1], newer_than=time.time() + 60) == {}
 
         monkeypatch.setenv("MASTER_PORT", str(free_port()))  # nobody listens there

@@ -411,8 +411,10 @@ def diagnose(
 
 def _heartbeats(record: Mapping[str, Any]) -> bool:
     """Whether the rank was to refresh its state every :data:`HEARTBEAT_S`: its latest state
-    says it is stalled, or predates its record (written when its stall fired). A rank that
-    steps again refreshes only when its step changes."""
+    says it is stalled, or predates its record (written when its stall fired). A rank whose
+    stall resolved said so at once, and from then on refreshes its state only when its step
+    changed, at most every :data:`~trainmon.alerts.hang_store.STEADY_STATE_S` (30 s): its
+    ``last_seen`` may lag by that much without its node being gone."""
     state = record.get("last_state")
     if not isinstance(state, Mapping) or state.get("stalled", True):
         return True

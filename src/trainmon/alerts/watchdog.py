@@ -35,6 +35,11 @@ while merging and then every few seconds of the stall, all on the watchdog threa
 seconds of the stall it also refreshes the copies' ``last_seen`` from the ranks' states in the
 store, and its own record's, so a rank whose node or agent stopped shows as gone (its
 ``last_seen`` falls behind) in the verdict and in ``trainmon hang``, even after the job ended.
+Those reads take the states of the ranks it holds a copy of, and a record only when it is
+missing from the folder or its rank's state names a newer one
+(:meth:`~trainmon.alerts.hang_store.HangStore.sync`). A rank's state goes to the store at once
+when its stall fires and when it resolves, every 5 s while stalled, and at most every 30 s
+while steps come (:data:`~trainmon.alerts.hang_store.STEADY_STATE_S`).
 """
 
 from __future__ import annotations
@@ -173,6 +178,8 @@ class StallWatchdog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._stalled = False
+        """Whether a stall fired and steps have not resumed (its state says so in the store)."""
         self._store = store if store is not None else HangStore(job, rank)
         self._store_synced_at = -_STORE_SYNC_S
         self._via_store = False
@@ -253,9 +260,9 @@ class StallWatchdog:
             self._progress_wall = time.time()
             self._last_step = step
             self._resolve(step, stalled_for)
-            self._store.publish_state(step, stalled=False)
+            self._store.publish_state(step, stalled=False, now=now)  # a resolved stall: at once
             return
-        self._store.publish_state(step, stalled=self.stack_file is not None)
+        self._store.publish_state(step, stalled=self._stalled, now=now)
         if self._progress_at is None:
             return  # not armed before the first step
         waited = now - self._progress_at
@@ -265,7 +272,7 @@ class StallWatchdog:
                 self._fire(stall, waited, limit)
         if (
             self.delivers
-            and self.stack_file is not None
+            and self._stalled
             and self._store.usable
             and time.monotonic() - self._store_synced_at >= _STORE_SYNC_S
         ):
@@ -273,7 +280,8 @@ class StallWatchdog:
 
     def _fire(self, stall: _StallRule, waited: float, limit: float) -> None:
         first = stall.tracker.active is None
-        if self.stack_file is None:
+        if not self._stalled:  # once per stall, even when the stack file could not be written
+            self._stalled = True
             self.stack_file = self._dump(waited)
             self._write_hang_record()
             self.verdict = self._merge_verdict(limit) if self.delivers else None
@@ -311,6 +319,7 @@ class StallWatchdog:
         self._send(alert, stall.rule)
 
     def _resolve(self, step: int, stalled_for: float) -> None:
+        self._stalled = False
         self.stack_file = None
         self.verdict = None
         self._via_store = False
@@ -356,8 +365,7 @@ class StallWatchdog:
             write_record(self.stack_dir, record)
         except Exception as exc:
             _log.warning("could not write the hang record in %s: %s", self.stack_dir, exc)
-        if self._store.publish_record(record):
-            self._store.publish_state(self._last_step, stalled=True)
+        self._store.publish_record(record, now=self._clock())  # with its stalled state
 
     def _run_folder(self) -> Path:
         """The folder the ranks' records are read from: with ``per_rank_output`` the ranks'
@@ -365,22 +373,49 @@ class StallWatchdog:
         run = self.stack_dir
         return run.parent if run.name == f"rank-{self.rank}" else run
 
-    def _from_store(self, records: dict[int, dict[str, Any]], newer_than: float) -> None:
-        """Copy the records of ranks missing from ``records`` (or known only via the store)
-        from the job's store into this rank's folder and into ``records``."""
+    def _sync_store(self, records: dict[int, dict[str, Any]], newer_than: float) -> None:
+        """Bring ``records`` (this stall's, from the run folder) up to date from the job's
+        store, in this rank's folder too: copy the records of ranks missing from them, and of
+        ranks whose copy the store's state says was replaced; refresh the other copies'
+        ``last_seen`` and ``last_state`` from their ranks' states, and this rank's own
+        ``last_seen`` (now), so the run folder tells a rank whose node or agent stopped (its
+        state no longer refreshed) from one that is hung (see
+        :func:`~trainmon.alerts.hang.gone_ranks`). Of the ranks it holds a copy of only the
+        states are read (see :meth:`~trainmon.alerts.hang_store.HangStore.sync`)."""
         self._store_synced_at = time.monotonic()
-        wanted = [
-            r
-            for r in range(self.world_size)
-            if r not in records or records[r].get("via") == "store"
-        ]
-        for rank, record in self._store.fetch(wanted, newer_than=newer_than).items():
-            self._via_store = True
+        held = {
+            r: record.get("time") for r, record in records.items() if record.get("via") == "store"
+        }
+        wanted = [r for r in range(self.world_size) if r not in records or r in held]
+        if not wanted:
+            return  # every record on disk (one node, or a shared folder): nothing to copy
+        fetched, states = self._store.sync(wanted, held, newer_than=newer_than)
+        if not self._store.usable:
+            return  # the store failed: no fresher sign of this rank than of the others
+        changed = list(fetched)
+        records.update(fetched)
+        for rank in held.keys() - fetched.keys():
+            state = states.get(rank)
+            seen = state.get("time") if state is not None else None
+            if isinstance(seen, int | float) and seen != records[rank].get("last_seen"):
+                records[rank]["last_seen"] = seen
+                records[rank]["last_state"] = state
+                changed.append(rank)
+        if not held and not fetched:
+            return  # no rank known through the store: nothing to tell apart
+        self._via_store = True
+        if self.rank in records:
+            records[self.rank]["last_seen"] = time.time()
+            changed.append(self.rank)
+        for rank in changed:
+            record = records[rank]
+            folder = Path(str(record["path"])).parent if record.get("path") else self.stack_dir
             try:
-                record["path"] = str(write_record(self.stack_dir, record))
+                record["path"] = str(
+                    write_record(folder, {k: v for k, v in record.items() if k != "path"})
+                )
             except Exception as exc:
-                _log.warning("could not write rank %d's record from the store: %s", rank, exc)
-            records[rank] = record
+                _log.warning("could not write rank %d's hang record from the store: %s", rank, exc)
 
     def _late_records(self) -> None:
         """During a stall: records that reached the store after the merge, the signs of life
@@ -391,43 +426,11 @@ class StallWatchdog:
         newer_than = self._progress_wall - 1.0
         try:
             records = read_records(self._run_folder(), newer_than=newer_than)
-            if len(records) < self.world_size or (self.verdict and self.verdict.missing):
-                self._from_store(records, newer_than)
-            self._refresh_life(records)
+            self._sync_store(records, newer_than)
             if records:
                 self.verdict = diagnose(records, self.world_size)
         except Exception as exc:
             _log.warning("could not merge the ranks' hang records from the store: %s", exc)
-
-    def _refresh_life(self, records: dict[int, dict[str, Any]]) -> None:
-        """Rewrite the ``last_seen`` (and ``last_state``) of the records copied from the store
-        with the ranks' latest states there, and this rank's own ``last_seen`` (now), so the
-        run folder tells a rank whose node or agent stopped (its state no longer refreshed)
-        from one that is hung (see :func:`~trainmon.alerts.hang.gone_ranks`)."""
-        self._store_synced_at = time.monotonic()
-        remote = [rank for rank, record in records.items() if record.get("via") == "store"]
-        if not remote:
-            return  # one node (or a shared folder): nothing to tell apart
-        states = self._store.states(remote)
-        if not self._store.usable:
-            return  # the store failed: no fresher sign of this rank than of the others
-        changed = [self.rank] if self.rank in records else []
-        if changed:
-            records[self.rank]["last_seen"] = time.time()
-        for rank in remote:
-            state = states.get(rank)
-            seen = state.get("time") if state is not None else None
-            if isinstance(seen, int | float) and seen != records[rank].get("last_seen"):
-                records[rank]["last_seen"] = seen
-                records[rank]["last_state"] = state
-                changed.append(rank)
-        for rank in changed:
-            record = records[rank]
-            folder = Path(str(record["path"])).parent if record.get("path") else self.stack_dir
-            try:
-                write_record(folder, {k: v for k, v in record.items() if k != "path"})
-            except Exception as exc:
-                _log.warning("could not refresh rank %d's hang record: %s", rank, exc)
 
     def _merge_verdict(self, limit: float) -> HangVerdict | None:
         """The verdict over every rank's record of this stall: waits (on this thread) up to
@@ -443,7 +446,7 @@ class StallWatchdog:
                     and self._store.usable
                     and time.monotonic() - self._store_synced_at >= 0.5
                 ):
-                    self._from_store(records, newer_than)
+                    self._sync_store(records, newer_than)
                 if len(records) >= self.world_size or time.monotonic() >= deadline:
                     break
                 if self._stop.wait(0.1):
