@@ -193,7 +193,7 @@ class Monitor:
                     name, value = item
                 else:  # anything but a triple with an int64 step raises or breaks
                     name, value, step = item
-                    if type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
+                    if type(step) is not int or step.bit_length() > 63:  # -2**63: checked below
                         break
                 if name not in names:
                     break
