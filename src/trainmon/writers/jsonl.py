@@ -90,25 +90,25 @@ class JsonlWriter(Writer):
 
     def write_windows(self, windows: Sequence[WindowStats]) -> None:
         for window in windows:
-            stats = {
-                name: encode_values(
-                    {"count": m.count, "mean": m.mean, "min": m.min, "max": m.max, "last": m.last}
-                )
-                for name, m in window.metrics.items()
-            }
-            self._file.write(
-                encode_line(
-                    {
-                        "v": SCHEMA_VERSION,
-                        "kind": "window",
-                        "first_step": window.first_step,
-                        "last_step": window.last_step,
-                        "start_time": window.start_time,
-                        "end_time": window.end_time,
-                        "stats": stats,
-                    }
-                )
-            )
+            try:  # orjson writes the dataclasses itself, in C
+                line = _window_line(window, window.metrics)
+            except TypeError:  # an int beyond 64 bits: the standard encoder knows no dataclass
+                line = b"null"
+            if b"null" in line:  # a NaN or ±Inf (orjson's null), or a name holding "null"
+                stats = {
+                    name: encode_values(
+                        {
+                            "count": m.count,
+                            "mean": m.mean,
+                            "min": m.min,
+                            "max": m.max,
+                            "last": m.last,
+                        }
+                    )
+                    for name, m in window.metrics.items()
+                }
+                line = _window_line(window, stats)
+            self._file.write(line)
 
     def write_extras(self, records: Sequence[Extra]) -> None:
         """``histogram``, ``text``, ``hparams``, ``span`` and ``end`` lines (see
@@ -210,3 +210,17 @@ def extra_line(record: Extra) -> dict[str, object] | None:
             "metrics": encode_values(record.metrics),
         }
     return None
+
+
+def _window_line(window: WindowStats, stats: Mapping[str, Any]) -> bytes:
+    return encode_line(
+        {
+            "v": SCHEMA_VERSION,
+            "kind": "window",
+            "first_step": window.first_step,
+            "last_step": window.last_step,
+            "start_time": window.start_time,
+            "end_time": window.end_time,
+            "stats": stats,
+        }
+    )
