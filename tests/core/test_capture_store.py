@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -123,26 +124,52 @@ def test_queued_tensor_calls_hold_few_tracked_objects(tmp_path: Path) -> None:
 
 
 def test_the_store_hands_values_out_in_call_order_across_threads() -> None:
-    """A caller thread putting copies while another takes them: all values, in order."""
+    """A caller thread putting copies (and their entries) while another takes them: all
+    values, in the entries' order."""
     store = CaptureStore()
     total = 50 * FOLD_AT
-    keys: list[str] = []
+    queue: deque[Any] = deque()
 
     def produce() -> None:
         for call in range(total):
-            keys.append(store.put(torch.tensor([float(call * 2), float(call * 2 + 1)])))
+            store.put(torch.tensor([float(call * 2), float(call * 2 + 1)]), queue, (call,))
 
     producer = threading.Thread(target=produce)
     producer.start()
     taken: list[float] = []
     while len(taken) < total * 2:
-        ready = len(keys) * 2 - len(taken)
-        if ready:
-            taken.extend(store.take(keys[0], ready))
+        while queue:
+            call, key = queue.popleft()
+            values = store.take(key, 2)
+            assert values == [float(call * 2), float(call * 2 + 1)]
+            taken.extend(values)
     producer.join()
     assert taken == [float(i) for i in range(total * 2)]
     with pytest.raises(LookupError):
-        store.take(keys[0], 1)
+        store.take(key, 1)
+
+
+def test_calls_from_two_threads_keep_their_own_values(tmp_path: Path) -> None:
+    """Two threads logging tensors of the same dtype at once: every value stays with its own
+    name and step (the store and the queue take a call's copy and entry in one step)."""
+    steps = 20 * FOLD_AT
+
+    def log(monitor: trainmon.Monitor, name: str, offset: int) -> None:
+        for step in range(1, steps + 1):
+            monitor.write_events([(name, torch.tensor(float(step * 10 + offset)), step)])
+
+    with trainmon.Monitor(_config(tmp_path)) as monitor:
+        threads = [
+            threading.Thread(target=log, args=(monitor, name, offset))
+            for name, offset in (("a", 0), ("b", 1))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    journal = _journal(tmp_path)
+    for step in range(1, steps + 1):
+        assert journal[step]["a"] == step * 10.0 and journal[step]["b"] == step * 10.0 + 1
 
 
 def test_tensor_calls_with_steps_of_their_own_keep_each_items_step(tmp_path: Path) -> None:

@@ -28,10 +28,8 @@ FOLD_AT = 32
 
 
 class _Stream:
-    """One (dtype, number of dimensions)'s copies, in call order. The caller appends to
-    ``loose`` without the lock (``list.append`` is atomic, and ``loose`` is never replaced);
-    whatever moves copies out of ``loose`` (a fold, a take) holds the lock and removes them
-    from its front, so an append that lands meanwhile stays, in order, at its end."""
+    """One (dtype, number of dimensions)'s copies, in call order; changed under the store's
+    lock only."""
 
     __slots__ = ("blocks", "dims", "loose", "read", "read_at")
 
@@ -52,17 +50,26 @@ class CaptureStore:
         self._streams: dict[str, _Stream] = {}
         self._torch: Any = None
 
-    def put(self, copy: Any) -> str:
-        """Keep a call's copy (a CPU tensor of the call's values, in order); the key of its
-        stream, for the queue entry."""
+    def put(self, copy: Any, queue: deque[Any], entry: tuple[Any, ...]) -> None:
+        """Keep a call's copy (a CPU tensor of the call's values, in order) and append
+        ``(*entry, key)`` to ``queue``, the two under one lock: calls from several threads
+        then keep one order in the store and in the queue (a call's values can never land in
+        another call's entry)."""
         key = self._keys.get((copy.dtype, copy.dim()))
         if key is None:
             key = self._add_stream(copy)
-        loose = self._streams[key].loose
-        loose.append(copy)
-        if len(loose) >= FOLD_AT:
-            self._fold_loose(self._streams[key])
-        return key
+        stream = self._streams[key]
+        lock = self._lock
+        lock.acquire()
+        try:
+            loose = stream.loose
+            loose.append(copy)
+            queue.append((*entry, key))
+            if len(loose) >= FOLD_AT:
+                stream.blocks.append(self._joined(loose[:], stream.dims))
+                loose.clear()
+        finally:
+            lock.release()
 
     def _add_stream(self, copy: Any) -> str:
         import torch
@@ -74,46 +81,39 @@ class CaptureStore:
             self._keys[(copy.dtype, copy.dim())] = key
         return key
 
-    def _fold_loose(self, stream: _Stream) -> None:
-        """Move the loose copies into one block (one ``torch.cat``)."""
-        with self._lock:
-            loose = stream.loose
-            copies = loose[:]
-            if copies:
-                del loose[: len(copies)]
-                stream.blocks.append(self._joined(copies, stream.dims))
-
     def _joined(self, copies: list[Any], dims: int) -> Any:
         torch = self._torch
         joined = torch.stack(copies) if dims == 0 else torch.cat(copies)
         return joined.reshape(-1)
 
     def take(self, key: str, count: int) -> list[Number]:
-        """The next ``count`` values of ``key``'s stream, in call order (background thread):
-        the blocks needed, joined and read in one ``tolist``."""
+        """The next ``count`` values of ``key``'s stream, in call order (the background thread,
+        the only reader): the blocks and copies needed are taken out under the lock, then
+        joined and read in one ``tolist`` outside it (a caller never waits for that read)."""
+        stream = self._streams[key]
+        left = stream.read[stream.read_at :]
+        have = len(left)
+        taken: list[Any] = []
         with self._lock:
-            stream = self._streams[key]
-            left = stream.read[stream.read_at :]
-            have = len(left)
             kept = have + sum(block.numel() for block in stream.blocks)
             kept += sum(copy.numel() for copy in stream.loose)
             if kept < count:  # nothing taken: the values of later calls stay in their place
                 raise LookupError(f"{key}: {count} values asked, {kept} captured")
-            blocks = []
             while have < count:
                 if stream.blocks:
                     block = stream.blocks.popleft()
+                    taken.append(block)
+                    have += block.numel()
                 else:
                     copies = stream.loose[:]
-                    del stream.loose[: len(copies)]
-                    block = self._joined(copies, stream.dims)
-                blocks.append(block)
-                have += block.numel()
-            if blocks:
-                joined = blocks[0] if len(blocks) == 1 else self._torch.cat(blocks)
-                left.extend(_numbers(joined))
-            stream.read, stream.read_at = (left, count) if have > count else ([], 0)
-            return left[:count] if have > count else left
+                    stream.loose.clear()
+                    taken.append(copies)
+                    have += sum(copy.numel() for copy in copies)
+        if taken:
+            parts = [p if type(p) is not list else self._joined(p, stream.dims) for p in taken]
+            left.extend(_numbers(parts[0] if len(parts) == 1 else self._torch.cat(parts)))
+        stream.read, stream.read_at = (left, count) if have > count else ([], 0)
+        return left[:count] if have > count else left
 
 
 def _numbers(block: Any) -> list[Number]:

@@ -174,9 +174,8 @@ class Pipeline:
         pending = self._enqueued - self._consumed
         if pending + count > self._capacity and pending > 0 and not self._make_room(count):
             return
-        key = self.captures.put(copy)  # before the entry: a drain that takes it finds the copy
         self._enqueued += count
-        self._queue.append((wall_time, step, names, key))
+        self.captures.put(copy, self._queue, (wall_time, step, names))  # copy and entry at once
         calls = self._calls_since_drain + 1
         self._calls_since_drain = calls
         if calls >= WAKE_AT_ENTRIES and time.monotonic() >= self._busy_wake_at:
