@@ -428,3 +428,33 @@ def test_the_page_benchmark_prints_its_table(tmp_path: Path) -> None:
         assert row in done.stdout, done.stdout
     if CHROMIUM is not None:
         assert re.search(r"every chart drawn +\d+ ms median of 3 .*, 0 errors", done.stdout)
+
+
+def test_node_statistics_are_a_band_across_nodes_naming_the_node(tmp_path: Path) -> None:
+    """``sys/<m>/nodes/{min,mean,max,argmax_node_rank}`` (rank 0's figures across nodes) make
+    one band titled across nodes, whose hover data is the node with the max; the node rank is
+    not drawn as a chart of its own."""
+    folder = tmp_path / "nodes"
+    folder.mkdir()
+    lines = [json.dumps({"v": 1, "kind": "meta", "time": T0, "job": "nodes"})]
+    for step in range(1, 31):
+        values: dict[str, Any] = {"train/loss": 1.0 / step}
+        if step % 10 == 0:
+            values.update(
+                {
+                    "sys/cpu_percent/nodes/min": 10.0,
+                    "sys/cpu_percent/nodes/mean": 40.0,
+                    "sys/cpu_percent/nodes/max": 90.0,
+                    "sys/cpu_percent/nodes/argmax_node_rank": step // 10,
+                }
+            )
+        lines.append(_line(step, T0 + step, values))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    specs = chart_specs(write_report([load_run(folder)], tmp_path / "report.html"))
+    titles = [spec["title"] for spec in specs.values()]
+    band = next(spec for spec in specs.values() if spec["kind"] == "band")
+    assert band["title"] == "sys/cpu_percent across nodes (min–max, mean)"
+    assert band["bands"][0]["over"] == "node"
+    assert band["bands"][0]["argmax"] == [1, 2, 3]
+    assert band["bands"][0]["slowest"] is None
+    assert not [title for title in titles if "argmax_node_rank" in title]

@@ -237,12 +237,15 @@ class _Planner:
                 split = cross_rank_split(name)
                 if split is None:
                     continue
-                if split[1] == "argmax_rank":
-                    self.consumed.add(name)  # which rank was highest: in the summary, not a chart
+                if split[1] in ("argmax_rank", "argmax_node_rank"):
+                    self.consumed.add(name)  # which rank (node) was highest: the band's hover
                 elif split[1] == "max" and f"{split[0]}/min" in run.series:
                     bases[split[0]] = None
         out: dict[str, list[dict[str, Any]]] = {f: [] for f in FAMILIES}
         for base in bases:
+            over, metric, top = "rank", base, f"{base}/argmax_rank"
+            if base.endswith("/nodes"):  # sys/<m>/nodes/*: the same metric across nodes
+                over, metric, top = "node", base.removesuffix("/nodes"), f"{base}/argmax_node_rank"
             bands = []
             units = []
             marks: dict[int, list[dict[str, Any]]] = {}
@@ -261,15 +264,18 @@ class _Planner:
                 bands.append(
                     {
                         "run": index,
-                        "label": self.runs[index].name if len(self.runs) > 1 else base,
+                        "label": self.runs[index].name if len(self.runs) > 1 else metric,
                         "color": PALETTE[index % len(PALETTE)],
                         "x": x,
                         "min": values[0],
                         "max": values[1],
                         "mean": values[2] if mid is not None else None,
                         "metrics": [c.name for c in columns],
-                        "slowest": _ranks_at(run.series.get(SLOWEST_RANK), x),
-                        "argmax": _ranks_at(run.series.get(f"{base}/argmax_rank"), x),
+                        "over": over,
+                        "slowest": _ranks_at(run.series.get(SLOWEST_RANK), x)
+                        if over == "rank"
+                        else None,
+                        "argmax": _ranks_at(run.series.get(top), x),
                     }
                 )
                 marks[index] = _nonfinite(index, columns)
@@ -278,7 +284,7 @@ class _Planner:
                     {
                         "nonfinite": [mark for found in marks.values() for mark in found],
                         "kind": "band",
-                        "title": f"{base} across ranks (min–max, mean)",
+                        "title": f"{metric} across {over}s (min–max, mean)",
                         "xUnit": _x_unit(units),
                         "yLabel": group_of(base)[2],
                         "runs": [b["run"] for b in bands],

@@ -51,7 +51,7 @@ DEEPSPEED_ROLES = {
 }
 
 #: Suffixes of the cross-rank window metrics (see :mod:`trainmon.core.cross_rank`).
-CROSS_RANK_STATS = ("min", "mean", "max", "argmax_rank")
+CROSS_RANK_STATS = ("min", "mean", "max", "argmax_rank", "argmax_node_rank")
 
 #: The parts of a step, as (label, metric), in the order they are stacked. They are disjoint
 #: (the backward's gradient all-reduce is in comm, not in backward), so they add up to at most

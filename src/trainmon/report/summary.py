@@ -261,7 +261,7 @@ def span_rate(rate: Series, step_time: Series | None) -> float | None:
 def _is_rate_series(name: str) -> bool:
     split = cross_rank_split(name)
     if split is not None:
-        return split[1] != "argmax_rank" and is_rate(split[0])
+        return not split[1].startswith("argmax") and is_rate(split[0])
     return is_rate(name)
 
 

@@ -550,7 +550,7 @@
       var b = entry.band;
       var bits = [];
       if (b.slowest && b.slowest[i] !== null) bits.push("slowest rank " + b.slowest[i]);
-      if (b.argmax && b.argmax[i] !== null) bits.push("max on rank " + b.argmax[i]);
+      if (b.argmax && b.argmax[i] !== null) bits.push("max on " + (b.over || "rank") + " " + b.argmax[i]);
       if (bits.length) parts.push((several ? b.label + ": " : "") + "step " + b.x[i] + " " + bits.join(", "));
     });
     return parts.join(" · ");
