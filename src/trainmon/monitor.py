@@ -16,16 +16,11 @@ from trainmon.collect.system import SystemSampler, start_sampler
 from trainmon.collect.timing import Timer
 from trainmon.config import ConfigSource, load_config
 from trainmon.core.aggregate import WindowAggregator
+from trainmon.core.call_path import plain_side_items, put_captured_call, require_side_steps
 from trainmon.core.callbacks import Callback, as_callback, has_hook
 from trainmon.core.cross_rank import release_default_group_references
 from trainmon.core.entries import Item
-from trainmon.core.event_check import (
-    EventChecker,
-    checked_record_step,
-    plain_side_items,
-    put_captured_call,
-    require_side_steps,
-)
+from trainmon.core.event_check import EventChecker, checked_record_step
 from trainmon.core.events import SPAN_KINDS, AttemptEnd, Hparams, Span, Text
 from trainmon.core.monitor_state import (
     MONITOR_STATE_FORMAT,
