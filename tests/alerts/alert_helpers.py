@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import trainmon
+from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.core.alert import Alert
 
 
@@ -44,3 +47,26 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
+
+
+class ClockedWatchdog:
+    """A stall watchdog on a hand-driven clock and step count (for the store's timing tests):
+    ``clock[0]`` and ``step[0]`` are what it reads; ``sent`` what it alerted."""
+
+    def __init__(self, folder: Path, seconds: float, world_size: int, store: Any) -> None:
+        rule = trainmon.load_config(
+            {"alerts": {"rules": [{"name": "hang", "kind": "stall", "seconds": seconds}]}}
+        ).alerts.rule_configs()[0]
+        self.clock = [100.0]
+        self.step = [0]
+        self.sent: list[Alert] = []
+        self.dog = StallWatchdog(
+            [rule],
+            progress=lambda: (self.step[0], self.step[0]),
+            stack_dir=folder,
+            send=lambda alert, _: self.sent.append(alert),
+            world_size=world_size,
+            clock=lambda: self.clock[0],
+            poll_s=0.01,
+            store=store,
+        )

@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 import pytest
+from alert_helpers import ClockedWatchdog
 
-import trainmon
 from trainmon.alerts import watchdog as watchdog_module
 from trainmon.alerts.hang import (
     GONE_AFTER_S,
@@ -26,8 +26,6 @@ from trainmon.alerts.hang import (
     write_record,
 )
 from trainmon.alerts.hang_store import HEARTBEAT_S, STEADY_STATE_S, HangStore
-from trainmon.alerts.watchdog import StallWatchdog
-from trainmon.core.alert import Alert
 from trainmon.report.hang_currency import judge
 
 HOST = socket.gethostname()
@@ -195,23 +193,9 @@ def test_the_merging_rank_refreshes_last_seen_and_names_the_gone_rank(
     (from its frozen state in the store): its verdict names rank 1 as gone, and the records in
     its folder say so once the job is over."""
     monkeypatch.setattr(watchdog_module, "_STORE_SYNC_S", 0.0)
-    rule = trainmon.load_config(
-        {"alerts": {"rules": [{"name": "hang", "kind": "stall", "seconds": 5}]}}
-    ).alerts.rule_configs()[0]
     store = FakeStore(seen=time.time() - 60)
-    clock = [100.0]
-    step = [0]
-    sent: list[Alert] = []
-    dog = StallWatchdog(
-        [rule],
-        progress=lambda: (step[0], step[0]),
-        stack_dir=tmp_path,
-        send=lambda alert, _: sent.append(alert),
-        world_size=2,
-        clock=lambda: clock[0],
-        poll_s=0.01,
-        store=store,  # type: ignore[arg-type]
-    )
+    watched = ClockedWatchdog(tmp_path, seconds=5, world_size=2, store=store)
+    dog, clock, step = watched.dog, watched.clock, watched.step
     for _ in range(3):
         step[0] += 1
         clock[0] += 1.0
@@ -288,21 +272,11 @@ def test_a_stepping_rank_sets_its_state_seldom_its_stall_and_its_end_at_once(
     times (at most every STEADY_STATE_S); the stall sets the record and its stalled state
     (naming the record) at once, then a heartbeat every HEARTBEAT_S; the first step after it
     sets the resolved state at once, past the record's step."""
-    rule = trainmon.load_config(
-        {"alerts": {"rules": [{"name": "hang", "kind": "stall", "seconds": 5}]}}
-    ).alerts.rule_configs()[0]
     client = Recorder()
-    clock, step = [100.0], [0]
-    dog = StallWatchdog(
-        [rule],
-        progress=lambda: (step[0], step[0]),
-        stack_dir=tmp_path,
-        send=lambda alert, _: None,
-        world_size=1,
-        clock=lambda: clock[0],
-        poll_s=0.01,
-        store=HangStore("job", 0, client=client),
+    watched = ClockedWatchdog(
+        tmp_path, seconds=5, world_size=1, store=HangStore("job", 0, client=client)
     )
+    dog, clock, step = watched.dog, watched.clock, watched.step
 
     def run(seconds: float, every: float, stepping: bool) -> None:
         end = clock[0] + seconds

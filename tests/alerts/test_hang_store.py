@@ -13,12 +13,11 @@ from typing import Any
 
 import orjson
 import pytest
+from alert_helpers import ClockedWatchdog
 
-import trainmon
 from trainmon.alerts import watchdog as watchdog_module
 from trainmon.alerts.hang import read_records
 from trainmon.alerts.hang_store import OP_TIMEOUT_S, HangStore, hang_key, ranks_key, state_key
-from trainmon.alerts.watchdog import StallWatchdog
 from trainmon.report.hang_currency import judge
 
 dist = pytest.importorskip("torch.distributed")
@@ -239,21 +238,11 @@ def test_the_watchdog_copies_each_record_once_while_a_rank_is_missing(
     record, that record is copied again; when rank 1's stall resolves, its copy's last_state
     says so at once, and the copy is stale."""
     monkeypatch.setattr(watchdog_module, "_STORE_SYNC_S", 0.0)
-    rule = trainmon.load_config(
-        {"alerts": {"rules": [{"name": "hang", "kind": "stall", "seconds": 1}]}}
-    ).alerts.rule_configs()[0]
     rank0 = _client(server)
-    clock, step = [100.0], [0]
-    dog = StallWatchdog(
-        [rule],
-        progress=lambda: (step[0], step[0]),
-        stack_dir=tmp_path,
-        send=lambda alert, _: None,
-        world_size=3,
-        clock=lambda: clock[0],
-        poll_s=0.01,
-        store=HangStore("job", 0, client=rank0),
+    watched = ClockedWatchdog(
+        tmp_path, seconds=1, world_size=3, store=HangStore("job", 0, client=rank0)
     )
+    dog, clock, step = watched.dog, watched.clock, watched.step
     for _ in range(3):
         step[0] += 1
         clock[0] += 0.5
