@@ -46,8 +46,8 @@ class CaptureStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._keys: dict[tuple[Any, int], str] = {}
-        self._streams: dict[str, _Stream] = {}
+        self._by_kind: dict[tuple[Any, int], tuple[str, _Stream]] = {}  # (dtype, dims) ->
+        self._streams: dict[str, _Stream] = {}  # key -> (the background reads by key)
         self._torch: Any = None
 
     def put(self, copy: Any, queue: deque[Any], entry: tuple[Any, ...]) -> None:
@@ -55,10 +55,8 @@ class CaptureStore:
         ``(*entry, key)`` to ``queue``, the two under one lock: calls from several threads
         then keep one order in the store and in the queue (a call's values can never land in
         another call's entry)."""
-        key = self._keys.get((copy.dtype, copy.dim()))
-        if key is None:
-            key = self._add_stream(copy)
-        stream = self._streams[key]
+        found = self._by_kind.get((copy.dtype, copy.dim()))
+        key, stream = found if found is not None else self._add_stream(copy)
         lock = self._lock
         lock.acquire()
         try:
@@ -71,15 +69,15 @@ class CaptureStore:
         finally:
             lock.release()
 
-    def _add_stream(self, copy: Any) -> str:
+    def _add_stream(self, copy: Any) -> tuple[str, _Stream]:
         import torch
 
         self._torch = torch
         with self._lock:
             key = f"captured:{copy.dtype}:{copy.dim()}"
-            self._streams.setdefault(key, _Stream(copy.dim()))
-            self._keys[(copy.dtype, copy.dim())] = key
-        return key
+            stream = self._streams.setdefault(key, _Stream(copy.dim()))
+            self._by_kind[(copy.dtype, copy.dim())] = (key, stream)
+        return key, stream
 
     def _joined(self, copies: list[Any], dims: int) -> Any:
         torch = self._torch
